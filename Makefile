@@ -1,0 +1,51 @@
+# Two commands: `make demo` (set up and serve the example project) and `make test` (set up and run everything).
+SHELL := /bin/bash
+VENV ?= .venv
+BIN := $(VENV)/bin
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+# Python 3.13 (or 3.12): a candidate counts only if it really runs (pyenv shims may refuse).
+PYTHON ?= $(shell \
+	for c in python3.13 python3.12; do \
+		if command -v $$c >/dev/null 2>&1 && $$c -c 'import sys; assert sys.version_info >= (3, 12)' >/dev/null 2>&1; then echo $$c; exit 0; fi; \
+	done; \
+	root=$$(pyenv root 2>/dev/null || echo "$$HOME/.pyenv"); \
+	for c in $$root/versions/3.13*/bin/python3.13 $$root/versions/3.12*/bin/python3.12; do \
+		if [ -x "$$c" ] && "$$c" -c 'import sys' >/dev/null 2>&1; then echo $$c; exit 0; fi; \
+	done)
+
+.PHONY: demo test lint typecheck pytest bench clean
+
+$(BIN)/.installed: requirements.txt pyproject.toml
+	@if [ -z "$(PYTHON)" ]; then \
+		echo "error: django-assistant needs Python 3.13 or 3.12, and neither python3.13, python3.12 nor pyenv's versions/3.1[23]* runs here." >&2; \
+		echo "Install one (e.g. 'pyenv install 3.13') or run: make PYTHON=/path/to/python3.13 ..." >&2; \
+		exit 1; \
+	fi
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	touch $@
+
+demo: $(BIN)/.installed
+	$(BIN)/python manage.py migrate --noinput -v 0
+	$(BIN)/python manage.py demo_users
+	$(BIN)/python manage.py runserver $(HOST):$(PORT)
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check assistant tests demo config
+	$(BIN)/ruff format --check assistant tests demo config
+
+typecheck: $(BIN)/.installed
+	$(BIN)/mypy assistant
+
+pytest: $(BIN)/.installed
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test: lint typecheck pytest
+
+bench: $(BIN)/.installed
+	$(BIN)/python tests/benchmarks/registry_bench.py
+
+clean:
+	rm -rf $(VENV) db.sqlite3 .mypy_cache .ruff_cache .pytest_cache

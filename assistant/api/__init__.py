@@ -1,0 +1,1 @@
+"""The REST API: mount ``assistant.urls`` in the project."""

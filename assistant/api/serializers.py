@@ -1,0 +1,143 @@
+"""Request validation and response shapes of the REST API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from ..conf import assistant_settings
+from ..dispatch import Outcome
+from ..models import AuditEntry, Conversation, Message, PendingAction
+from ..registry import registry
+
+
+class MessageInput(serializers.Serializer[Any]):
+    message = serializers.CharField(trim_whitespace=True)
+    conversation = serializers.UUIDField(required=False, allow_null=True)
+
+
+class DispatchInput(serializers.Serializer[Any]):
+    operation = serializers.CharField(max_length=64)
+    entities = serializers.DictField(required=False, default=dict)
+    conversation = serializers.UUIDField(required=False, allow_null=True)
+
+
+class ToolSerializer(serializers.Serializer[Any]):
+    operation = serializers.CharField()
+    domain = serializers.CharField()
+    description = serializers.CharField()
+    risk_level = serializers.CharField()
+    requires_confirmation = serializers.BooleanField()
+    parameters = serializers.DictField()
+
+
+def redacted_entities(operation: str, entities: dict[str, Any]) -> dict[str, Any]:
+    """Entities safe to show: the tool's sensitive ones (or all, for an unknown tool) redacted."""
+    placeholder = assistant_settings.REDACTED
+    if operation in registry:
+        return registry.get(operation).redact(entities, placeholder)
+    return dict.fromkeys(entities, placeholder)
+
+
+class PendingActionSerializer(serializers.ModelSerializer[PendingAction]):
+    entities = serializers.SerializerMethodField()
+
+    class Meta:
+        model = PendingAction
+        fields = [
+            "id",
+            "operation",
+            "entities",
+            "summary",
+            "status",
+            "conversation",
+            "created_at",
+            "expires_at",
+            "decided_at",
+        ]
+
+    def get_entities(self, action: PendingAction) -> dict[str, Any]:
+        return redacted_entities(action.operation, action.entities)
+
+
+class MessageSerializer(serializers.ModelSerializer[Message]):
+    class Meta:
+        model = Message
+        fields = ["id", "role", "text", "status", "tool_calls", "actions", "created_at"]
+
+
+class ConversationSerializer(serializers.ModelSerializer[Conversation]):
+    message_count = serializers.IntegerField(read_only=True)
+
+    class Meta:
+        model = Conversation
+        fields = ["id", "title", "created_at", "updated_at", "message_count"]
+
+
+class StaffConversationSerializer(ConversationSerializer):
+    username = serializers.CharField(source="user.get_username", read_only=True)
+
+    class Meta(ConversationSerializer.Meta):
+        fields = [*ConversationSerializer.Meta.fields, "user", "username"]
+
+
+class ConversationDetailSerializer(ConversationSerializer):
+    messages = MessageSerializer(many=True, read_only=True)
+
+    class Meta(ConversationSerializer.Meta):
+        fields = [*ConversationSerializer.Meta.fields, "messages"]
+
+
+class AuditEntrySerializer(serializers.ModelSerializer[AuditEntry]):
+    class Meta:
+        model = AuditEntry
+        fields = [
+            "id",
+            "created_at",
+            "user",
+            "username",
+            "operation",
+            "domain",
+            "risk_level",
+            "decision",
+            "entities",
+            "duration_ms",
+            "error",
+            "source",
+            "request_ip",
+            "conversation",
+            "pending_action",
+        ]
+
+
+class OutcomeSerializer(serializers.Serializer[Outcome]):
+    """One dispatch as the API reports it."""
+
+    operation = serializers.CharField()
+    decision = serializers.ChoiceField(choices=AuditEntry.Decision.choices)
+    code = serializers.CharField(allow_null=True)
+    text = serializers.CharField()
+    entities = serializers.DictField()
+    task_id = serializers.CharField(allow_null=True, source="result.task_id", default=None)
+    actions = serializers.ListField(source="result.actions", default=list)
+    data = serializers.JSONField(source="result.data", default=None)  # type: ignore[assignment]
+    errors = serializers.DictField(source="error.errors", default=None)  # type: ignore[assignment]
+    pending_action = PendingActionSerializer(allow_null=True)
+    audit_id = serializers.IntegerField(allow_null=True)
+    duration_ms = serializers.FloatField()
+
+
+class TurnSerializer(serializers.Serializer[Any]):
+    conversation = serializers.UUIDField(source="conversation.pk")
+    user_message = MessageSerializer()
+    assistant_message = MessageSerializer()
+    outcomes = OutcomeSerializer(many=True)
+    actions = serializers.ListField(source="assistant_message.actions")
+    pending_actions = PendingActionSerializer(many=True)
+
+
+class ErrorSerializer(serializers.Serializer[Any]):
+    code = serializers.CharField()
+    detail = serializers.CharField()
+    errors = serializers.DictField(required=False)  # type: ignore[assignment]

@@ -1,0 +1,66 @@
+from django.http import HttpRequest, JsonResponse
+from django.urls import path, re_path
+from drf_spectacular.views import SpectacularAPIView
+
+from . import views
+
+
+def not_found(request: HttpRequest, *args: object, **kwargs: object) -> JsonResponse:
+    return JsonResponse({"code": "not_found", "detail": "No such API endpoint."}, status=404)
+
+
+schema_patterns = [
+    path("tools/", views.ToolsView.as_view(), name="tools"),
+    path("messages/", views.MessagesView.as_view(), name="messages"),
+    path("dispatch/", views.DispatchView.as_view(), name="dispatch"),
+    path("actions/", views.ActionListView.as_view(), name="actions"),
+    path(
+        "actions/<uuid:action_id>/confirm/",
+        views.ActionConfirmView.as_view(),
+        name="action-confirm",
+    ),
+    path(
+        "actions/<uuid:action_id>/cancel/", views.ActionCancelView.as_view(), name="action-cancel"
+    ),
+    path("conversations/", views.ConversationListView.as_view(), name="conversations"),
+    path(
+        "conversations/<uuid:conversation_id>/",
+        views.ConversationDetailView.as_view(),
+        name="conversation",
+    ),
+    path(
+        "admin/conversations/",
+        views.StaffConversationListView.as_view(),
+        name="staff-conversations",
+    ),
+    path(
+        "admin/conversations/<uuid:conversation_id>/",
+        views.StaffConversationDetailView.as_view(),
+        name="staff-conversation",
+    ),
+    path(
+        "admin/conversations/<uuid:conversation_id>/history/",
+        views.StaffConversationHistoryView.as_view(),
+        name="staff-conversation-history",
+    ),
+    path("admin/audit/", views.AuditListView.as_view(), name="audit"),
+]
+
+urlpatterns = [
+    *schema_patterns,
+    path(
+        "schema/",
+        SpectacularAPIView.as_view(
+            custom_settings={
+                "TITLE": "django-assistant API",
+                "DESCRIPTION": "Tools, turns, confirmations and audit of django-assistant.",
+                "VERSION": "1",
+                "SCHEMA_PATH_PREFIX": r"/assistant/api",
+            },
+            authentication_classes=[views.BrowserSessionAuthentication],
+            permission_classes=[],
+        ),
+        name="schema",
+    ),
+    re_path(r"^.*$", not_found),
+]

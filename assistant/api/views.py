@@ -1,0 +1,401 @@
+"""REST views: thin transports over ``chat`` and ``dispatch``, independent of the host's DRF settings."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.apps import apps
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.db.models import Count, QuerySet
+from django.http import Http404
+from django.utils.dateparse import parse_date, parse_datetime
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import exceptions, status
+from rest_framework.authentication import BaseAuthentication, SessionAuthentication
+from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.pagination import CursorPagination, PageNumberPagination
+from rest_framework.parsers import JSONParser
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.throttling import UserRateThrottle
+from rest_framework.views import APIView
+
+from ..chat import conversation_for, run_turn
+from ..conf import assistant_settings
+from ..dispatch import Outcome, cancel_action, confirm_action, dispatch
+from ..exceptions import AssistantError
+from ..models import AuditEntry, Conversation, PendingAction
+from ..permissions import IsAuditViewer
+from ..registry import registry
+from .serializers import (
+    AuditEntrySerializer,
+    ConversationDetailSerializer,
+    ConversationSerializer,
+    DispatchInput,
+    ErrorSerializer,
+    MessageInput,
+    MessageSerializer,
+    OutcomeSerializer,
+    PendingActionSerializer,
+    StaffConversationSerializer,
+    ToolSerializer,
+    TurnSerializer,
+)
+
+logger = logging.getLogger("assistant.api")
+
+
+class BrowserSessionAuthentication(SessionAuthentication):
+    """Session auth (CSRF enforced) that still lets DRF answer 401 rather than 403."""
+
+    def authenticate_header(self, request: Request) -> str:
+        return 'Session realm="assistant"'
+
+
+def error_body(code: str, detail: Any, errors: Any = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"code": code, "detail": str(detail)}
+    if errors:
+        body["errors"] = errors
+    return body
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
+    """Every error as JSON with a stable ``code``; never an HTML page, never a bare 500."""
+    if isinstance(exc, AssistantError):
+        return Response(
+            error_body(exc.code, exc.message, getattr(exc, "errors", None)), status=exc.status
+        )
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied()
+    if not isinstance(exc, exceptions.APIException):
+        logger.exception("Unhandled error in the assistant API", exc_info=exc)
+        return Response(
+            error_body("server_error", "Something went wrong on our side."),
+            status=status.HTTP_500_INTERNAL_SERVER_ERROR,
+        )
+    headers: dict[str, str] = {}
+    if getattr(exc, "auth_header", None):
+        headers["WWW-Authenticate"] = exc.auth_header  # type: ignore[attr-defined]
+    wait = getattr(exc, "wait", None) if isinstance(exc, exceptions.Throttled) else None
+    if wait is not None:
+        headers["Retry-After"] = str(int(wait))
+    if isinstance(exc, exceptions.ValidationError):
+        return Response(
+            error_body("invalid", "The request is not valid.", exc.detail),
+            status=exc.status_code,
+            headers=headers,
+        )
+    code = exc.get_codes()
+    return Response(
+        error_body(code if isinstance(code, str) else exc.default_code, exc.detail),
+        status=exc.status_code,
+        headers=headers,
+    )
+
+
+class AssistantThrottle(UserRateThrottle):
+    scope = "assistant"
+
+    def get_rate(self) -> str | None:
+        return assistant_settings.THROTTLE_RATE
+
+
+class AssistantAPIView(APIView):
+    """Declares everything itself, so the host project's REST_FRAMEWORK settings never leak in."""
+
+    permission_classes = [IsAuthenticated]
+    throttle_classes = [AssistantThrottle]
+    renderer_classes = [JSONRenderer]
+    parser_classes = [JSONParser]
+    content_negotiation_class = DefaultContentNegotiation
+    versioning_class = None
+    schema = AutoSchema()
+
+    def get_authenticators(self) -> list[BaseAuthentication]:
+        authenticators: list[BaseAuthentication] = []
+        if apps.is_installed("rest_framework.authtoken"):
+            from rest_framework.authentication import TokenAuthentication
+
+            authenticators.append(TokenAuthentication())
+        authenticators.append(BrowserSessionAuthentication())
+        return authenticators
+
+    def get_exception_handler(self) -> Any:
+        return exception_handler
+
+    def client_ip(self) -> str | None:
+        return self.request.META.get("REMOTE_ADDR") or None
+
+    def outcome_response(self, outcome: Outcome) -> Response:
+        serializer: Any = OutcomeSerializer(outcome)  # its "data" field shadows .data for mypy
+        body: dict[str, Any] = dict(serializer.data)
+        if outcome.error is not None and outcome.status >= 400:
+            body = {**error_body(outcome.error.code, outcome.error.message), **body}
+        return Response(body, status=outcome.status)
+
+
+def owner_id(request: Request) -> Any:
+    return request.user.pk
+
+
+class PagePagination(PageNumberPagination):
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 200
+
+
+class AuditCursorPagination(CursorPagination):
+    ordering = "-id"
+    page_size = 100
+    page_size_query_param = "page_size"
+    max_page_size = 1000
+
+
+class ToolsView(AssistantAPIView):
+    @extend_schema(
+        summary="The tools you may use",
+        parameters=[
+            OpenApiParameter(
+                "style",
+                str,
+                enum=["inventory", "openai", "anthropic"],
+                description="inventory (default), or an LLM tool format",
+            )
+        ],
+        responses=ToolSerializer(many=True),
+    )
+    def get(self, request: Request) -> Response:
+        style = request.query_params.get("style", "inventory")
+        if style == "openai" or style == "anthropic":
+            return Response({"tools": registry.get_catalog(request.user, style=style)})  # type: ignore[arg-type]
+        if style != "inventory":
+            raise exceptions.ValidationError({"style": "choose inventory, openai or anthropic"})
+        tools = registry.visible_tools(request.user)
+        return Response({"tools": ToolSerializer(tools, many=True).data})
+
+
+class MessagesView(AssistantAPIView):
+    @extend_schema(
+        summary="Send a message: one turn",
+        request=MessageInput,
+        responses={201: TurnSerializer, 400: ErrorSerializer},
+    )
+    def post(self, request: Request) -> Response:
+        data = MessageInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        turn = run_turn(
+            request.user,
+            data.validated_data["message"],
+            conversation_id=data.validated_data.get("conversation"),
+            source="rest",
+            request_ip=self.client_ip(),
+        )
+        return Response(TurnSerializer(turn).data, status=status.HTTP_201_CREATED)
+
+
+class DispatchView(AssistantAPIView):
+    @extend_schema(
+        summary="Call one tool",
+        request=DispatchInput,
+        responses={200: OutcomeSerializer, 202: OutcomeSerializer, 400: ErrorSerializer},
+    )
+    def post(self, request: Request) -> Response:
+        data = DispatchInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        conversation = None
+        if data.validated_data.get("conversation"):
+            conversation = conversation_for(request.user, data.validated_data["conversation"])
+        outcome = dispatch(
+            data.validated_data["operation"],
+            data.validated_data["entities"],
+            user=request.user,
+            conversation=conversation,
+            source="rest",
+            request_ip=self.client_ip(),
+        )
+        return self.outcome_response(outcome)
+
+
+class ActionListView(AssistantAPIView):
+    @extend_schema(
+        summary="Your pending actions",
+        parameters=[OpenApiParameter("status", str, enum=list(PendingAction.Status.values))],
+        responses=PendingActionSerializer(many=True),
+    )
+    def get(self, request: Request) -> Response:
+        actions = PendingAction.objects.owned_by(request.user)
+        wanted = request.query_params.get("status")
+        if wanted == PendingAction.Status.PENDING:
+            actions = actions.waiting()
+        elif wanted:
+            if wanted not in PendingAction.Status.values:
+                raise exceptions.ValidationError({"status": "unknown status"})
+            actions = actions.filter(status=wanted)
+        paginator = PagePagination()
+        page = paginator.paginate_queryset(actions, request, view=self)
+        return paginator.get_paginated_response(PendingActionSerializer(page, many=True).data)
+
+
+class ActionConfirmView(AssistantAPIView):
+    @extend_schema(
+        summary="Confirm a pending action (runs it once)", request=None, responses=OutcomeSerializer
+    )
+    def post(self, request: Request, action_id: str) -> Response:
+        return self.outcome_response(
+            confirm_action(action_id, user=request.user, source="rest", request_ip=self.client_ip())
+        )
+
+
+class ActionCancelView(AssistantAPIView):
+    @extend_schema(summary="Refuse a pending action", request=None, responses=OutcomeSerializer)
+    def post(self, request: Request, action_id: str) -> Response:
+        return self.outcome_response(
+            cancel_action(action_id, user=request.user, source="rest", request_ip=self.client_ip())
+        )
+
+
+def _with_counts(conversations: QuerySet[Conversation]) -> QuerySet[Conversation]:
+    return conversations.annotate(message_count=Count("messages"))
+
+
+class ConversationListView(AssistantAPIView):
+    @extend_schema(summary="Your conversations", responses=ConversationSerializer(many=True))
+    def get(self, request: Request) -> Response:
+        paginator = PagePagination()
+        conversations = _with_counts(Conversation.objects.filter(user_id=owner_id(request)))
+        page = paginator.paginate_queryset(conversations, request, view=self)
+        return paginator.get_paginated_response(ConversationSerializer(page, many=True).data)
+
+    @extend_schema(summary="Delete all your conversations", responses={200: None})
+    def delete(self, request: Request) -> Response:
+        deleted = Conversation.objects.filter(user_id=owner_id(request)).delete()[1]
+        return Response({"deleted": deleted.get(Conversation._meta.label, 0)})
+
+
+class ConversationDetailView(AssistantAPIView):
+    def conversation(self, request: Request, conversation_id: str) -> Conversation:
+        return conversation_for(request.user, conversation_id)
+
+    @extend_schema(
+        summary="One of your conversations with its messages",
+        responses=ConversationDetailSerializer,
+    )
+    def get(self, request: Request, conversation_id: str) -> Response:
+        conversation = self.conversation(request, conversation_id)
+        conversation = (
+            _with_counts(Conversation.objects.filter(pk=conversation.pk))
+            .prefetch_related("messages")
+            .get()
+        )
+        return Response(ConversationDetailSerializer(conversation).data)
+
+    @extend_schema(summary="Delete one of your conversations", responses={204: None})
+    def delete(self, request: Request, conversation_id: str) -> Response:
+        self.conversation(request, conversation_id).delete()
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class StaffView(AssistantAPIView):
+    permission_classes = [IsAuthenticated, IsAuditViewer]
+
+    def staff_conversation(self, conversation_id: str) -> Conversation:
+        conversation = Conversation.objects.filter(pk=conversation_id).first()
+        if conversation is None:
+            raise exceptions.NotFound("No such conversation.")
+        return conversation
+
+
+class StaffConversationListView(StaffView):
+    @extend_schema(
+        summary="Every user's conversations (staff)",
+        parameters=[OpenApiParameter("user", str, description="user id or username")],
+        responses=StaffConversationSerializer(many=True),
+    )
+    def get(self, request: Request) -> Response:
+        conversations = _with_counts(Conversation.objects.select_related("user"))
+        wanted = request.query_params.get("user")
+        if wanted:
+            conversations = conversations.filter(**_user_filter("user", wanted))
+        paginator = PagePagination()
+        page = paginator.paginate_queryset(conversations, request, view=self)
+        return paginator.get_paginated_response(StaffConversationSerializer(page, many=True).data)
+
+
+class StaffConversationDetailView(StaffView):
+    @extend_schema(summary="Delete any conversation (staff)", responses={204: None})
+    def delete(self, request: Request, conversation_id: str) -> Response:
+        self.staff_conversation(conversation_id).delete()
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class StaffConversationHistoryView(StaffView):
+    @extend_schema(
+        summary="A conversation's messages (staff)", responses=MessageSerializer(many=True)
+    )
+    def get(self, request: Request, conversation_id: str) -> Response:
+        conversation = self.staff_conversation(conversation_id)
+        return Response(
+            {
+                "conversation": StaffConversationSerializer(
+                    _with_counts(Conversation.objects.filter(pk=conversation.pk)).get()
+                ).data,
+                "messages": MessageSerializer(conversation.messages.all(), many=True).data,
+            }
+        )
+
+
+def _user_filter(field: str, value: str) -> dict[str, Any]:
+    return {f"{field}_id": int(value)} if value.isdigit() else {f"{field}__username": value}
+
+
+def _moment(value: str, *, end: bool) -> Any:
+    moment = parse_datetime(value)
+    if moment is not None:
+        return moment
+    day = parse_date(value)
+    if day is None:
+        raise exceptions.ValidationError({"date": f"{value!r} is not a date or date-time"})
+    return ("created_at__date__lte" if end else "created_at__date__gte"), day
+
+
+class AuditListView(StaffView):
+    @extend_schema(
+        summary="The audit trail (staff), newest first, cursor-paginated",
+        parameters=[
+            OpenApiParameter("user", str, description="user id or username"),
+            OpenApiParameter("operation", str),
+            OpenApiParameter("decision", str, enum=list(AuditEntry.Decision.values)),
+            OpenApiParameter("since", str, description="date or ISO date-time (inclusive)"),
+            OpenApiParameter("until", str, description="date or ISO date-time (inclusive)"),
+        ],
+        responses=AuditEntrySerializer(many=True),
+    )
+    def get(self, request: Request) -> Response:
+        entries = AuditEntry.objects.all()
+        params = request.query_params
+        if params.get("user"):
+            entries = entries.filter(**_user_filter("user", params["user"]))
+        if params.get("operation"):
+            entries = entries.filter(operation=params["operation"])
+        if params.get("decision"):
+            if params["decision"] not in AuditEntry.Decision.values:
+                raise exceptions.ValidationError({"decision": "unknown decision"})
+            entries = entries.filter(decision=params["decision"])
+        for name, end in (("since", False), ("until", True)):
+            if params.get(name):
+                bound = _moment(params[name], end=end)
+                if isinstance(bound, tuple):
+                    entries = entries.filter(**{bound[0]: bound[1]})
+                else:
+                    entries = entries.filter(
+                        **{"created_at__lte" if end else "created_at__gte": bound}
+                    )
+        paginator = AuditCursorPagination()
+        page = paginator.paginate_queryset(entries, request, view=self)
+        return paginator.get_paginated_response(AuditEntrySerializer(page, many=True).data)

@@ -1,0 +1,20 @@
+from django.apps import AppConfig
+from django.db.models.signals import post_migrate
+from django.utils.module_loading import autodiscover_modules
+
+
+class AssistantConfig(AppConfig):
+    name = "assistant"
+    verbose_name = "Assistant"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from . import checks, tools  # noqa: F401  (system checks, built-in tools)
+        from .conf import assistant_settings
+        from .permissions import create_tool_permissions
+        from .registry import registry
+
+        post_migrate.connect(create_tool_permissions, sender=self)
+        if assistant_settings.AUTODISCOVER:
+            autodiscover_modules("assistant_tools", register_to=registry)
+        registry.freeze()

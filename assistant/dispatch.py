@@ -1,0 +1,535 @@
+"""The only door into a handler: look up → validate → authorize → confirmation gate → run → audit."""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+from dataclasses import dataclass
+from time import perf_counter
+from typing import Any
+
+from asgiref.sync import async_to_sync, sync_to_async
+from django.apps import apps
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.serializers.json import DjangoJSONEncoder
+
+from .conf import assistant_settings
+from .exceptions import (
+    ActionExpired,
+    AssistantError,
+    InvalidEntities,
+    PermissionDenied,
+    UnknownOperation,
+)
+from .models import AuditEntry, Conversation, PendingAction
+from .permissions import UserAccess, aaccess_for, access_for, denials, forget_access
+from .registry import AssistantTool, ToolCall, ToolRegistry, ToolResult, registry
+
+logger = logging.getLogger("assistant.dispatch")
+Decision = AuditEntry.Decision
+
+# HTTP status for each decision that is not an error; errors carry their own.
+DECISION_STATUS = {
+    Decision.EXECUTED: 200,
+    Decision.FAILED: 200,
+    Decision.CONFIRMED: 200,
+    Decision.CANCELLED: 200,
+    Decision.CONFIRMATION_REQUESTED: 202,
+}
+
+
+@dataclass(kw_only=True, slots=True)
+class Outcome:
+    """What one dispatch decided, with the result or the error a transport should show."""
+
+    operation: str
+    decision: str
+    entities: dict[str, Any]
+    tool: AssistantTool | None = None
+    result: ToolResult | None = None
+    pending_action: PendingAction | None = None
+    error: AssistantError | None = None
+    error_summary: str = ""
+    audit_id: int | None = None
+    duration_ms: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.decision in (Decision.EXECUTED, Decision.CONFIRMED)
+
+    @property
+    def status(self) -> int:
+        if self.decision in DECISION_STATUS:
+            return DECISION_STATUS[Decision(self.decision)]
+        return self.error.status if self.error is not None else 400
+
+    @property
+    def code(self) -> str | None:
+        return self.error.code if self.error is not None else None
+
+    @property
+    def text(self) -> str:
+        if self.result is not None:
+            return self.result.text
+        if self.pending_action is not None:
+            return self.pending_action.summary
+        return self.error.message if self.error is not None else ""
+
+
+class _EntityEncoder(DjangoJSONEncoder):
+    def default(self, o: Any) -> Any:
+        if isinstance(o, enum.Enum):
+            return o.value
+        try:
+            return super().default(o)
+        except TypeError:
+            return str(o)
+
+
+def jsonable(values: dict[str, Any]) -> dict[str, Any]:
+    """Validated entities as plain JSON values (what a pending action stores and re-validates)."""
+    return json.loads(json.dumps(values, cls=_EntityEncoder))
+
+
+def audit_entities(tool: AssistantTool | None, raw: Any) -> dict[str, Any]:
+    """The entities as they may be stored: sensitive and unrecognised values redacted."""
+    if not raw:
+        return {}
+    placeholder = assistant_settings.REDACTED
+    if not isinstance(raw, dict):
+        return {"entities": placeholder}
+    known = tool.entity_map if tool is not None else {}
+    sensitive = tool.sensitive_entities if tool is not None else frozenset()
+    visible = {
+        str(name): (value if name in known and name not in sensitive else placeholder)
+        for name, value in raw.items()
+    }
+    return jsonable(visible)
+
+
+def write_audit(**fields: Any) -> int:
+    """Append one audit entry; the single place dispatch writes the trail."""
+    user = fields.get("user")
+    if user is not None and not user.is_authenticated:
+        fields["user"] = None
+    fields["username"] = fields["user"].get_username() if fields.get("user") is not None else ""
+    return AuditEntry.objects.create(**fields).pk
+
+
+def _error_summary(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= 2000 else text[:1997] + "..."
+
+
+def _as_result(value: Any, operation: str) -> ToolResult:
+    if isinstance(value, ToolResult):
+        return value
+    if isinstance(value, str):
+        return ToolResult(text=value)
+    raise TypeError(f"{operation} returned {type(value).__name__}, not ToolResult")
+
+
+def _failure(tool: AssistantTool, exc: Exception) -> tuple[str, AssistantError]:
+    """Map what a handler raised to a decision and the error its user sees."""
+    if isinstance(exc, AssistantError):
+        if isinstance(exc, PermissionDenied):
+            return Decision.DENIED, exc
+        if isinstance(exc, InvalidEntities):
+            return Decision.INVALID, exc
+        return Decision.FAILED, exc
+    if isinstance(exc, DjangoPermissionDenied):
+        return Decision.DENIED, PermissionDenied(str(exc) or "Permission denied.")
+    logger.exception("Tool %s raised", tool.operation, exc_info=exc)
+    return Decision.FAILED, AssistantError(
+        f"{tool.operation} failed unexpectedly; the error has been logged.", code="tool_failed"
+    )
+
+
+def _confirmation_summary(tool: AssistantTool, entities: dict[str, Any]) -> str:
+    shown = ", ".join(f"{name}={value!r}" for name, value in entities.items())
+    return f"{tool.operation}({shown}) is {tool.risk_level} and needs your confirmation."
+
+
+def _resolve_instance(tool: AssistantTool, values: dict[str, Any]) -> Any:
+    entity, label = tool.object_check  # type: ignore[misc]
+    model = apps.get_model(label)
+    value = values.get(entity)
+    instance = None
+    if value is not None:
+        try:
+            instance = model._default_manager.filter(pk=value).first()
+        except (ValueError, TypeError):
+            instance = None
+    return instance
+
+
+def _no_such_object(tool: AssistantTool) -> InvalidEntities:
+    entity, label = tool.object_check  # type: ignore[misc]
+    return InvalidEntities(
+        {entity: f"no {label} with this id that you may use"}, operation=tool.operation
+    )
+
+
+class _Call:
+    """One dispatch in flight: the pieces the sync and async paths share."""
+
+    __slots__ = (
+        "access",
+        "action",
+        "conversation",
+        "instance",
+        "operation",
+        "raw",
+        "request_ip",
+        "site",
+        "source",
+        "started",
+        "tool",
+        "user",
+        "values",
+    )
+
+    def __init__(
+        self,
+        operation: str,
+        raw: Any,
+        user: Any,
+        conversation: Conversation | None,
+        source: str,
+        request_ip: str | None,
+        site: ToolRegistry,
+    ) -> None:
+        self.started = perf_counter()
+        self.operation = operation
+        self.raw = raw
+        self.user = user
+        self.conversation = conversation
+        self.source = source
+        self.request_ip = request_ip
+        self.site = site
+        self.tool: AssistantTool | None = None
+        self.values: dict[str, Any] = {}
+        self.access: UserAccess | None = None
+        self.action: PendingAction | None = None
+        self.instance: Any = None
+
+    def check(self) -> Outcome | None:
+        """Look up and validate; an Outcome means the call stops here."""
+        try:
+            self.tool = self.site.get(self.operation)
+        except UnknownOperation as exc:
+            return self.stop(Decision.UNKNOWN, exc)
+        try:
+            self.values = self.tool.validate(self.raw)
+        except InvalidEntities as exc:
+            return self.stop(Decision.INVALID, exc)
+        return None
+
+    def authorize(self) -> Outcome | None:
+        """Tool-level permission check against the (already loaded) access snapshot."""
+        assert self.tool is not None and self.access is not None
+        if denials(self.access, self.tool):
+            return self.stop(
+                Decision.DENIED,
+                PermissionDenied(f"You do not have permission to use {self.tool.operation}."),
+            )
+        return None
+
+    def authorize_instance(self) -> Outcome | None:
+        """Object-level check; a missing or forbidden instance look the same to the caller."""
+        assert self.tool is not None and self.access is not None
+        if self.tool.object_check is None:
+            return None
+        self.instance = _resolve_instance(self.tool, self.values)
+        if self.instance is None:
+            return self.stop(Decision.INVALID, _no_such_object(self.tool))
+        if denials(self.access, self.tool, self.instance):
+            return self.stop(Decision.DENIED, _no_such_object(self.tool))
+        return None
+
+    def tool_call(self) -> ToolCall:
+        assert self.tool is not None
+        return ToolCall(
+            tool=self.tool,
+            entities=self.values,
+            user=self.user,
+            conversation=self.conversation,
+            settings=assistant_settings,
+            source=self.source,
+            request_ip=self.request_ip,
+            pending_action=self.action,
+            instance=self.instance,
+        )
+
+    def open_action(self) -> Outcome:
+        assert self.tool is not None
+        stored = jsonable(self.values)
+        action = PendingAction.open(
+            user=self.user,
+            operation=self.tool.operation,
+            entities=stored,
+            ttl_seconds=float(assistant_settings.CONFIRMATION_TTL),
+            conversation=self.conversation,
+            summary=_confirmation_summary(self.tool, self.tool.redact(stored)),
+        )
+        self.action = action
+        return self.finish(Decision.CONFIRMATION_REQUESTED)
+
+    def finished(self, value: Any, confirmed: bool) -> Outcome:
+        assert self.tool is not None
+        try:
+            result = _as_result(value, self.tool.operation)
+        except TypeError as exc:
+            return self.failed(exc)
+        return self.finish(Decision.CONFIRMED if confirmed else Decision.EXECUTED, result=result)
+
+    def failed(self, exc: Exception) -> Outcome:
+        assert self.tool is not None
+        decision, error = _failure(self.tool, exc)
+        return self.finish(decision, error=error, error_summary=_error_summary(exc))
+
+    def stop(self, decision: str, error: AssistantError) -> Outcome:
+        return self.finish(decision, error=error, error_summary=error.message)
+
+    def audit_fields(self, outcome: Outcome) -> dict[str, Any]:
+        tool = self.tool
+        return {
+            "user": self.user,
+            "operation": self.operation[:64] if isinstance(self.operation, str) else "",
+            "domain": tool.domain if tool else "",
+            "risk_level": tool.risk_level.value if tool else "",
+            "decision": outcome.decision,
+            "entities": outcome.entities,
+            "duration_ms": outcome.duration_ms,
+            "error": outcome.error_summary,
+            "source": self.source,
+            "request_ip": self.request_ip,
+            "conversation": self.conversation,
+            "pending_action": self.action,
+        }
+
+    def finish(
+        self,
+        decision: str,
+        *,
+        result: ToolResult | None = None,
+        error: AssistantError | None = None,
+        error_summary: str = "",
+    ) -> Outcome:
+        duration_ms = (perf_counter() - self.started) * 1000
+        return Outcome(
+            operation=self.operation,
+            decision=str(decision),
+            entities=audit_entities(self.tool, self.raw),
+            tool=self.tool,
+            result=result,
+            pending_action=self.action,
+            error=error,
+            error_summary=error_summary,
+            duration_ms=duration_ms,
+        )
+
+
+def _audited(call: _Call, outcome: Outcome) -> Outcome:
+    outcome.audit_id = write_audit(**call.audit_fields(outcome))
+    return outcome
+
+
+async def _aaudited(call: _Call, outcome: Outcome) -> Outcome:
+    outcome.audit_id = await sync_to_async(write_audit)(**call.audit_fields(outcome))
+    return outcome
+
+
+def _run_sync(call: _Call, confirmed: bool) -> Outcome:
+    tool = call.tool
+    assert tool is not None
+    try:
+        if tool.is_async:
+            value = async_to_sync(tool.handler)(call.tool_call(), **call.values)
+        else:
+            value = tool.handler(call.tool_call(), **call.values)
+    except Exception as exc:
+        return call.failed(exc)
+    return call.finished(value, confirmed)
+
+
+async def _run_async(call: _Call, confirmed: bool) -> Outcome:
+    tool = call.tool
+    assert tool is not None
+    try:
+        if tool.is_async:
+            value = await tool.handler(call.tool_call(), **call.values)
+        else:
+            value = await sync_to_async(tool.handler)(call.tool_call(), **call.values)
+    except Exception as exc:
+        return call.failed(exc)
+    return call.finished(value, confirmed)
+
+
+def _decide_sync(call: _Call) -> Outcome:
+    """Everything between lookup and run on the sync path."""
+    outcome = call.check()
+    if outcome is None:
+        call.access = access_for(call.user)
+        outcome = call.authorize() or call.authorize_instance()
+    if outcome is None:
+        if call.tool.requires_confirmation:  # type: ignore[union-attr]
+            return call.open_action()
+        return _run_sync(call, confirmed=False)
+    return outcome
+
+
+def dispatch(
+    operation: str,
+    entities: dict[str, Any] | None = None,
+    *,
+    user: Any,
+    conversation: Conversation | None = None,
+    source: str = "api",
+    request_ip: str | None = None,
+    site: ToolRegistry = registry,
+) -> Outcome:
+    """Run one operation for ``user`` through every check, writing exactly one audit entry."""
+    call = _Call(operation, entities, user, conversation, source, request_ip, site)
+    return _audited(call, _decide_sync(call))
+
+
+async def adispatch(
+    operation: str,
+    entities: dict[str, Any] | None = None,
+    *,
+    user: Any,
+    conversation: Conversation | None = None,
+    source: str = "api",
+    request_ip: str | None = None,
+    site: ToolRegistry = registry,
+) -> Outcome:
+    """The async twin of ``dispatch``: async handlers are awaited, ORM work runs in a thread."""
+    call = _Call(operation, entities, user, conversation, source, request_ip, site)
+    outcome = call.check()
+    if outcome is None:
+        call.access = await aaccess_for(call.user)
+        outcome = call.authorize()
+        if outcome is None and call.tool.object_check is not None:  # type: ignore[union-attr]
+            outcome = await sync_to_async(call.authorize_instance)()
+    if outcome is None:
+        if call.tool.requires_confirmation:  # type: ignore[union-attr]
+            outcome = await sync_to_async(call.open_action)()
+        else:
+            outcome = await _run_async(call, confirmed=False)
+    return await _aaudited(call, outcome)
+
+
+def _confirm_checks(
+    action_id: Any, user: Any, source: str, request_ip: str | None, site: ToolRegistry
+) -> tuple[_Call, Outcome | None]:
+    """Re-validate and re-authorize a pending action, then claim it exactly once."""
+    action = (
+        PendingAction.objects.owned_by(user)
+        .filter(pk=action_id)
+        .select_related("conversation")
+        .first()
+    )
+    if action is None:
+        from .exceptions import ActionNotFound
+
+        raise ActionNotFound("No such pending action is waiting for you.")
+    call = _Call(
+        action.operation, action.entities, user, action.conversation, source, request_ip, site
+    )
+    call.action = action
+    outcome = call.check()
+    if outcome is None and not action.is_bound_to(action.entities):
+        outcome = call.stop(
+            Decision.INVALID,
+            InvalidEntities({"entities": "changed since confirmation was requested"}),
+        )
+    if outcome is None:
+        forget_access(user)
+        call.access = access_for(user)
+        outcome = call.authorize() or call.authorize_instance()
+    if outcome is None:
+        try:
+            call.action = PendingAction.decide(action.pk, user, PendingAction.Status.CONFIRMED)
+        except ActionExpired as exc:
+            action.refresh_from_db()
+            call.action = action
+            outcome = call.stop(Decision.EXPIRED, exc)
+    return call, outcome
+
+
+def confirm_action(
+    action_id: Any,
+    *,
+    user: Any,
+    source: str = "api",
+    request_ip: str | None = None,
+    site: ToolRegistry = registry,
+) -> Outcome:
+    """Run a pending action once for its owner; raises ``ActionNotFound`` / ``AlreadyDecided``."""
+    call, outcome = _confirm_checks(action_id, user, source, request_ip, site)
+    if outcome is None:
+        outcome = _run_sync(call, confirmed=True)
+    return _audited(call, outcome)
+
+
+async def aconfirm_action(
+    action_id: Any,
+    *,
+    user: Any,
+    source: str = "api",
+    request_ip: str | None = None,
+    site: ToolRegistry = registry,
+) -> Outcome:
+    call, outcome = await sync_to_async(_confirm_checks)(action_id, user, source, request_ip, site)
+    if outcome is None:
+        outcome = await _run_async(call, confirmed=True)
+    return await _aaudited(call, outcome)
+
+
+def _cancel(
+    action_id: Any, user: Any, source: str, request_ip: str | None, site: ToolRegistry
+) -> Outcome:
+    try:
+        action = PendingAction.decide(action_id, user, PendingAction.Status.CANCELLED)
+    except ActionExpired as exc:
+        action = PendingAction.objects.get(pk=action_id)
+        call = _Call(
+            action.operation, action.entities, user, action.conversation, source, request_ip, site
+        )
+        call.action = action
+        call.tool = site._tools.get(action.operation)
+        return _audited(call, call.stop(Decision.EXPIRED, exc))
+    call = _Call(
+        action.operation, action.entities, user, action.conversation, source, request_ip, site
+    )
+    call.action = action
+    call.tool = site._tools.get(action.operation)
+    return _audited(
+        call,
+        call.finish(Decision.CANCELLED, result=ToolResult(text=f"Cancelled {action.operation}.")),
+    )
+
+
+def cancel_action(
+    action_id: Any,
+    *,
+    user: Any,
+    source: str = "api",
+    request_ip: str | None = None,
+    site: ToolRegistry = registry,
+) -> Outcome:
+    """Refuse a pending action (audited ``cancelled``); raises ``ActionNotFound`` / ``AlreadyDecided``."""
+    return _cancel(action_id, user, source, request_ip, site)
+
+
+async def acancel_action(
+    action_id: Any,
+    *,
+    user: Any,
+    source: str = "api",
+    request_ip: str | None = None,
+    site: ToolRegistry = registry,
+) -> Outcome:
+    return await sync_to_async(_cancel)(action_id, user, source, request_ip, site)

@@ -1,0 +1,326 @@
+"""Typed handler parameters → JSON schema, argument validation and text parsing, built once."""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import inspect
+import json
+import types
+import typing
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .exceptions import InvalidEntities, ToolDefinitionError
+
+Checker = Callable[[Any], Any]
+TRUE_WORDS = frozenset({"true", "yes", "on", "1"})
+FALSE_WORDS = frozenset({"false", "no", "off", "0"})
+NULL_WORDS = frozenset({"none", "null"})
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Entity:
+    """One entity a tool accepts: a keyword parameter of its handler."""
+
+    name: str
+    required: bool
+    default: Any
+    description: str
+    kind: str
+    schema: dict[str, Any]
+    check: Checker
+    parse_text: Checker
+
+
+def _fail(expected: str) -> typing.NoReturn:
+    raise ValueError(f"expected {expected}")
+
+
+def _check_str(value: Any) -> str:
+    return value if isinstance(value, str) else _fail("a string")
+
+
+def _check_int(value: Any) -> int:
+    if type(value) is int:
+        return value
+    if type(value) is float and value.is_integer():
+        return int(value)
+    _fail("an integer")
+
+
+def _check_float(value: Any) -> float:
+    if type(value) in (int, float):
+        return float(value)
+    _fail("a number")
+
+
+def _check_bool(value: Any) -> bool:
+    return value if type(value) is bool else _fail("true or false")
+
+
+def _check_dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else _fail("an object")
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in TRUE_WORDS:
+        return True
+    if lowered in FALSE_WORDS:
+        return False
+    _fail("true or false")
+
+
+def _parse_int(text: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        _fail("an integer")
+
+
+def _parse_float(text: str) -> float:
+    try:
+        return float(text.strip())
+    except ValueError:
+        _fail("a number")
+
+
+def _parse_json_object(text: str) -> dict[str, Any]:
+    try:
+        return _check_dict(json.loads(text))
+    except json.JSONDecodeError:
+        _fail("a JSON object")
+
+
+def _iso(parser: Callable[[str], Any], expected: str) -> Checker:
+    def check(value: Any) -> Any:
+        if not isinstance(value, str):
+            _fail(expected)
+        try:
+            return parser(value)
+        except ValueError:
+            _fail(expected)
+
+    return check
+
+
+def _uuid(value: Any) -> uuid.UUID:
+    if isinstance(value, uuid.UUID):
+        return value
+    if not isinstance(value, str):
+        _fail("a UUID")
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        _fail("a UUID")
+
+
+_SIMPLE: dict[Any, tuple[str, dict[str, Any], Checker, Checker]] = {
+    str: ("string", {"type": "string"}, _check_str, str),
+    int: ("integer", {"type": "integer"}, _check_int, _parse_int),
+    float: ("number", {"type": "number"}, _check_float, _parse_float),
+    bool: ("boolean", {"type": "boolean"}, _check_bool, _parse_bool),
+    dict: ("object", {"type": "object"}, _check_dict, _parse_json_object),
+    uuid.UUID: ("string", {"type": "string", "format": "uuid"}, _uuid, _uuid),
+    dt.date: (
+        "string",
+        {"type": "string", "format": "date"},
+        _iso(dt.date.fromisoformat, "a date (YYYY-MM-DD)"),
+        _iso(dt.date.fromisoformat, "a date (YYYY-MM-DD)"),
+    ),
+    dt.datetime: (
+        "string",
+        {"type": "string", "format": "date-time"},
+        _iso(dt.datetime.fromisoformat, "an ISO 8601 date-time"),
+        _iso(dt.datetime.fromisoformat, "an ISO 8601 date-time"),
+    ),
+}
+
+
+def _choices(values: tuple[Any, ...], convert: Callable[[Any], Any]) -> tuple[Checker, Checker]:
+    by_value = {value: convert(value) for value in values}
+    by_text = {str(value).lower(): convert(value) for value in values}
+    expected = "one of " + ", ".join(repr(v) for v in values)
+
+    def check(value: Any) -> Any:
+        try:
+            return by_value[value]
+        except (KeyError, TypeError):
+            _fail(expected)
+
+    def parse(text: str) -> Any:
+        try:
+            return by_text[text.strip().lower()]
+        except KeyError:
+            _fail(expected)
+
+    return check, parse
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    return "number" if isinstance(value, float) else "string"
+
+
+def describe_type(hint: Any) -> tuple[str, dict[str, Any], Checker, Checker]:
+    """Return (kind, JSON schema, checker, text parser) for a supported annotation."""
+    if hint in _SIMPLE:
+        kind, schema, check, parse = _SIMPLE[hint]
+        return kind, dict(schema), check, parse
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is typing.Literal:
+        check, parse = _choices(args, lambda value: value)
+        return "enum", {"type": _json_type(args[0]), "enum": list(args)}, check, parse
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        values = tuple(member.value for member in hint)
+        check, parse = _choices(values, hint)
+        return "enum", {"type": _json_type(values[0]), "enum": list(values)}, check, parse
+    if origin is list or hint is list:
+        return _describe_list(args[0] if args else str)
+    if origin is dict:
+        return describe_type(dict)
+    if origin in (typing.Union, types.UnionType) and type(None) in args:
+        rest = tuple(arg for arg in args if arg is not type(None))
+        if len(rest) == 1:
+            return _describe_optional(rest[0])
+    raise TypeError(f"unsupported type {hint!r}")
+
+
+def _describe_list(item: Any) -> tuple[str, dict[str, Any], Checker, Checker]:
+    _, item_schema, item_check, item_parse = describe_type(item)
+
+    def check(value: Any) -> list[Any]:
+        if not isinstance(value, list):
+            _fail("a list")
+        return [item_check(element) for element in value]
+
+    def parse(text: str) -> list[Any]:
+        return [item_parse(part.strip()) for part in text.split(",") if part.strip()]
+
+    return "array", {"type": "array", "items": item_schema}, check, parse
+
+
+def _describe_optional(inner: Any) -> tuple[str, dict[str, Any], Checker, Checker]:
+    kind, schema, inner_check, inner_parse = describe_type(inner)
+    if isinstance(schema.get("type"), str):
+        schema = {**schema, "type": [schema["type"], "null"]}
+    else:
+        schema = {"anyOf": [schema, {"type": "null"}]}
+
+    def check(value: Any) -> Any:
+        return None if value is None else inner_check(value)
+
+    def parse(text: str) -> Any:
+        return None if text.strip().lower() in NULL_WORDS else inner_parse(text)
+
+    return kind, schema, check, parse
+
+
+def entities_from_handler(handler: Callable[..., Any], operation: str) -> tuple[Entity, ...]:
+    """Read a handler's signature: the first parameter is the ``ToolCall``, the rest are entities."""
+    try:
+        hints = typing.get_type_hints(handler, include_extras=True)
+    except Exception as exc:
+        raise ToolDefinitionError(f"{operation}: cannot resolve type hints ({exc})") from exc
+    parameters = list(inspect.signature(handler).parameters.values())
+    if not parameters or parameters[0].kind not in (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    ):
+        raise ToolDefinitionError(
+            f"{operation}: the handler's first parameter must be the ToolCall (call: ToolCall)"
+        )
+    entities = []
+    for parameter in parameters[1:]:
+        entities.append(_entity(parameter, hints, operation))
+    return tuple(entities)
+
+
+def _entity(parameter: inspect.Parameter, hints: dict[str, Any], operation: str) -> Entity:
+    name = parameter.name
+    if parameter.kind not in (
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        inspect.Parameter.KEYWORD_ONLY,
+    ):
+        raise ToolDefinitionError(
+            f"{operation}: entity {name!r} must be a plain keyword parameter (no *args/**kwargs)"
+        )
+    if name not in hints:
+        raise ToolDefinitionError(f"{operation}: entity {name!r} needs a type hint")
+    hint = hints[name]
+    description = ""
+    if typing.get_origin(hint) is typing.Annotated:
+        hint, *metadata = typing.get_args(hint)
+        description = next((item for item in metadata if isinstance(item, str)), "")
+    try:
+        kind, schema, check, parse = describe_type(hint)
+    except TypeError as exc:
+        raise ToolDefinitionError(f"{operation}: entity {name!r} has an {exc}") from exc
+    required = parameter.default is inspect.Parameter.empty
+    default = None if required else parameter.default
+    if description:
+        schema["description"] = description
+    if not required and default is not None:
+        try:
+            json.dumps(default)
+            schema["default"] = default
+        except TypeError:
+            pass
+    return Entity(
+        name=name,
+        required=required,
+        default=default,
+        description=description,
+        kind=kind,
+        schema=schema,
+        check=check,
+        parse_text=parse,
+    )
+
+
+def parameters_schema(entities: tuple[Entity, ...]) -> dict[str, Any]:
+    """The JSON schema of a tool's arguments object, as LLM tool-calling APIs expect it."""
+    return {
+        "type": "object",
+        "properties": {entity.name: entity.schema for entity in entities},
+        "required": [entity.name for entity in entities if entity.required],
+        "additionalProperties": False,
+    }
+
+
+def validate_entities(
+    entities: tuple[Entity, ...],
+    by_name: Mapping[str, Entity],
+    values: Mapping[str, Any] | None,
+    operation: str,
+) -> dict[str, Any]:
+    """Return the values checked and normalised, or raise ``InvalidEntities`` naming each problem."""
+    if not values:
+        if not entities:
+            return {}
+        values = {}
+    elif not isinstance(values, Mapping):
+        raise InvalidEntities({"entities": "expected an object"}, operation=operation)
+    errors: dict[str, str] = {}
+    for name in values:
+        if name not in by_name:
+            errors[str(name)] = "unknown entity"
+    result: dict[str, Any] = {}
+    for entity in entities:
+        if entity.name in values:
+            try:
+                result[entity.name] = entity.check(values[entity.name])
+            except ValueError as exc:
+                errors[entity.name] = str(exc)
+        elif entity.required:
+            errors[entity.name] = "required"
+    if errors:
+        raise InvalidEntities(errors, operation=operation)
+    return result

@@ -1,0 +1,111 @@
+"""The app's errors: one base class, each with a stable machine-readable ``code``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+
+
+class AssistantError(Exception):
+    """Base of every error the app raises; ``code`` never changes between releases."""
+
+    code = "assistant_error"
+    status = 400
+
+    def __init__(self, message: str = "", *, code: str | None = None) -> None:
+        super().__init__(message or self.__class__.__doc__ or self.code)
+        if code is not None:
+            self.code = code
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0])
+
+
+class ToolDefinitionError(AssistantError, ImproperlyConfigured):
+    """An ``@assistant_tool`` declaration is incomplete or unsafe."""
+
+    code = "tool_definition"
+
+
+class AlreadyRegistered(ToolDefinitionError):
+    """Another tool already uses this operation name."""
+
+    code = "already_registered"
+
+
+class RegistryFrozen(ToolDefinitionError):
+    """The registry is frozen once the app registry is ready; declare tools in ``assistant_tools``."""
+
+    code = "registry_frozen"
+
+
+class UnknownOperation(AssistantError, LookupError):
+    """No tool is registered under this operation name."""
+
+    code = "unknown_operation"
+    status = 404
+
+
+class InvalidEntities(AssistantError, ValueError):
+    """The call's entities do not match the tool's parameters."""
+
+    code = "invalid_entities"
+    status = 400
+
+    def __init__(self, errors: Mapping[str, str], *, operation: str = "") -> None:
+        self.errors = dict(errors)
+        problems = "; ".join(f"{name}: {problem}" for name, problem in self.errors.items())
+        prefix = f"Invalid entities for {operation}" if operation else "Invalid entities"
+        super().__init__(f"{prefix}: {problems}")
+
+
+class PermissionDenied(AssistantError, DjangoPermissionDenied):
+    """You do not have permission to use this tool."""
+
+    code = "permission_denied"
+    status = 403
+
+
+class ActionNotFound(AssistantError, LookupError):
+    """No such pending action is waiting for you."""
+
+    code = "not_found"
+    status = 404
+
+
+class AlreadyDecided(AssistantError):
+    """This action has already been confirmed or cancelled."""
+
+    code = "already_decided"
+    status = 409
+
+
+class ActionExpired(AssistantError):
+    """This action expired before it was confirmed; ask again."""
+
+    code = "expired"
+    status = 410
+
+
+class ToolUnavailable(AssistantError):
+    """This tool is not available right now."""
+
+    code = "unavailable"
+    status = 503
+
+
+class ConversationNotFound(AssistantError, LookupError):
+    """No such conversation of yours."""
+
+    code = "not_found"
+    status = 404
+
+
+class InvalidMessage(AssistantError, ValueError):
+    """The message is empty or too long."""
+
+    code = "invalid_message"
+    status = 400

@@ -1,0 +1,287 @@
+"""Conversations, messages, pending actions and the append-only audit trail."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from datetime import datetime, timedelta
+from typing import Any, ClassVar
+
+from django.conf import settings
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import models
+from django.utils import timezone
+
+from .exceptions import ActionExpired, ActionNotFound, AlreadyDecided
+from .registry import RiskLevel
+
+
+class Tool(models.Model):
+    """No table: the anchor for the permissions the app creates for ``(resource, ACTION)`` pairs."""
+
+    class Meta:
+        managed = False
+        default_permissions = ()
+        verbose_name = "assistant tool"
+
+    def __str__(self) -> str:
+        return "assistant tool"
+
+
+class Conversation(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="assistant_conversations"
+    )
+    title = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    updated_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-updated_at"]
+        indexes = [models.Index(fields=["user", "-updated_at"], name="assistant_conv_user_recent")]
+
+    def __str__(self) -> str:
+        return self.title or str(self.id)
+
+    def touch(self) -> None:
+        self.updated_at = timezone.now()
+        self.save(update_fields=["updated_at"])
+
+
+class Message(models.Model):
+    class Role(models.TextChoices):
+        USER = "user"
+        ASSISTANT = "assistant"
+
+    class Status(models.TextChoices):
+        IN_PROGRESS = "in_progress"
+        COMPLETE = "complete"
+        CANCELLED = "cancelled"
+        FAILED = "failed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="messages"
+    )
+    role = models.CharField(max_length=16, choices=Role.choices)
+    text = models.TextField(blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.COMPLETE)
+    # [{"operation", "entities" (redacted), "decision", "text", "task_id", "audit_id"}]
+    tool_calls = models.JSONField(default=list, blank=True, encoder=DjangoJSONEncoder)
+    actions = models.JSONField(default=list, blank=True, encoder=DjangoJSONEncoder)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [
+            models.Index(fields=["conversation", "created_at"], name="assistant_msg_conv_time")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.role}: {self.text[:60]}"
+
+
+def entities_digest(entities: dict[str, Any]) -> str:
+    """A stable digest of validated entities, binding a pending action to its exact arguments."""
+    canonical = json.dumps(entities, sort_keys=True, cls=DjangoJSONEncoder, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class PendingActionQuerySet(models.QuerySet["PendingAction"]):
+    def waiting(self) -> PendingActionQuerySet:
+        return self.filter(status=PendingAction.Status.PENDING, expires_at__gt=timezone.now())
+
+    def owned_by(self, user: Any) -> PendingActionQuerySet:
+        return self.filter(user_id=user.pk)
+
+
+class PendingAction(models.Model):
+    """A risky call waiting for its user's confirmation: single use, bound to its arguments, expiring."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        CONFIRMED = "confirmed"
+        CANCELLED = "cancelled"
+        EXPIRED = "expired"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="assistant_pending_actions"
+    )
+    conversation = models.ForeignKey(
+        Conversation,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="pending_actions",
+    )
+    operation = models.CharField(max_length=64)
+    entities = models.JSONField(default=dict, encoder=DjangoJSONEncoder)
+    entities_digest = models.CharField(max_length=64)
+    summary = models.TextField(blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    expires_at = models.DateTimeField()
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+
+    objects: ClassVar[PendingActionQuerySet] = PendingActionQuerySet.as_manager()  # type: ignore[assignment]
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["user", "status"], name="assistant_pending_user_status")]
+
+    def __str__(self) -> str:
+        return f"{self.operation} ({self.status})"
+
+    @classmethod
+    def open(
+        cls,
+        *,
+        user: Any,
+        operation: str,
+        entities: dict[str, Any],
+        ttl_seconds: float,
+        conversation: Conversation | None = None,
+        summary: str = "",
+    ) -> PendingAction:
+        now = timezone.now()
+        return cls.objects.create(
+            user=user,
+            conversation=conversation,
+            operation=operation,
+            entities=entities,
+            entities_digest=entities_digest(entities),
+            summary=summary,
+            created_at=now,
+            expires_at=now + timedelta(seconds=ttl_seconds),
+        )
+
+    @property
+    def is_expired(self) -> bool:
+        return self.expires_at <= timezone.now()
+
+    def is_bound_to(self, entities: dict[str, Any]) -> bool:
+        return entities_digest(entities) == self.entities_digest
+
+    @classmethod
+    def decide(cls, action_id: Any, user: Any, status: str) -> PendingAction:
+        """Move the user's pending action to ``status`` exactly once, whoever races for it."""
+        now = timezone.now()
+        claimed = (
+            cls.objects.owned_by(user)
+            .filter(pk=action_id, status=cls.Status.PENDING, expires_at__gt=now)
+            .update(status=status, decided_at=now, decided_by=user)
+        )
+        if claimed:
+            return cls.objects.get(pk=action_id)
+        action = cls.objects.owned_by(user).filter(pk=action_id).first()
+        if action is None:
+            raise ActionNotFound("No such pending action is waiting for you.")
+        if action.status == cls.Status.PENDING:
+            cls.objects.filter(pk=action.pk, status=cls.Status.PENDING).update(
+                status=cls.Status.EXPIRED, decided_at=now
+            )
+            action.refresh_from_db()
+        if action.status == cls.Status.EXPIRED:
+            raise ActionExpired(
+                f"This {action.operation} request expired at "
+                f"{action.expires_at:%Y-%m-%d %H:%M:%S %Z}; ask again."
+            )
+        raise AlreadyDecided(f"This action was already {action.status}.")
+
+
+class AuditQuerySet(models.QuerySet["AuditEntry"]):
+    """Audit rows are append-only: bulk changes are refused; ``prune`` is the one way out."""
+
+    def update(self, **kwargs: Any) -> int:
+        raise TypeError("Audit entries are append-only; they cannot be updated.")
+
+    def delete(self) -> tuple[int, dict[str, int]]:
+        raise TypeError("Audit entries are append-only; use AuditEntry.objects.prune().")
+
+    def prune(self, older_than: datetime) -> int:
+        """Delete entries created before ``older_than`` (retention), returning how many went."""
+        doomed = AuditEntry.objects.filter(created_at__lt=older_than)
+        return doomed._raw_delete(doomed.db)
+
+
+class AuditEntry(models.Model):
+    """One dispatch: who asked for what, what was decided, how long it took."""
+
+    class Decision(models.TextChoices):
+        EXECUTED = "executed"
+        FAILED = "failed"
+        DENIED = "denied"
+        INVALID = "invalid"
+        UNKNOWN = "unknown"
+        CONFIRMATION_REQUESTED = "confirmation_requested"
+        CONFIRMED = "confirmed"
+        CANCELLED = "cancelled"
+        EXPIRED = "expired"
+        TIMEOUT = "timeout"
+        UNAVAILABLE = "unavailable"
+        NOT_READY = "not_ready"
+
+    id = models.BigAutoField(primary_key=True)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="assistant_audit_entries",
+    )
+    username = models.CharField(max_length=150, blank=True)
+    operation = models.CharField(max_length=64)
+    domain = models.CharField(max_length=64, blank=True)
+    risk_level = models.CharField(
+        max_length=16, choices=[(level.value, level.value) for level in RiskLevel], blank=True
+    )
+    decision = models.CharField(max_length=32, choices=Decision.choices)
+    entities = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
+    duration_ms = models.FloatField(default=0)
+    error = models.TextField(blank=True)
+    source = models.CharField(max_length=16, blank=True)
+    request_ip = models.GenericIPAddressField(null=True, blank=True)
+    conversation = models.ForeignKey(
+        Conversation, null=True, blank=True, on_delete=models.SET_NULL, related_name="audit_entries"
+    )
+    pending_action = models.ForeignKey(
+        PendingAction,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="audit_entries",
+    )
+
+    objects: ClassVar[AuditQuerySet] = AuditQuerySet.as_manager()  # type: ignore[assignment]
+
+    class Meta:
+        ordering = ["-id"]
+        verbose_name_plural = "audit entries"
+        indexes = [
+            models.Index(fields=["created_at"], name="assistant_audit_time"),
+            models.Index(fields=["decision", "-id"], name="assistant_audit_decision"),
+            models.Index(fields=["operation", "-id"], name="assistant_audit_operation"),
+            models.Index(fields=["user", "-id"], name="assistant_audit_user"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.operation} → {self.decision}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise TypeError("Audit entries are append-only; they cannot be changed.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        raise TypeError("Audit entries are append-only; use AuditEntry.objects.prune().")

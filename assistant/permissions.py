@@ -1,0 +1,235 @@
+"""Permission checks → Django permissions, and the one predicate used by catalog and dispatch."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from asgiref.sync import sync_to_async
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+from rest_framework.permissions import BasePermission
+
+from .conf import assistant_settings
+
+if TYPE_CHECKING:
+    from rest_framework.request import Request
+    from rest_framework.views import APIView
+
+    from .registry import AssistantTool, PermissionCheck
+
+# (resource, ACTION) on a model listed in ASSISTANT["RESOURCES"] → that model's permission verb.
+MODEL_ACTIONS = {
+    "READ": "view",
+    "VIEW": "view",
+    "LIST": "view",
+    "CREATE": "add",
+    "ADD": "add",
+    "UPDATE": "change",
+    "CHANGE": "change",
+    "WRITE": "change",
+    "EDIT": "change",
+    "DELETE": "delete",
+}
+ACCESS_ATTRIBUTE = "_assistant_access"
+
+_required: weakref.WeakKeyDictionary[AssistantTool, tuple[str, ...]] = weakref.WeakKeyDictionary()
+
+
+@receiver(setting_changed)
+def _forget_on_change(*, setting: str, **kwargs: Any) -> None:
+    if setting == "ASSISTANT":
+        _required.clear()
+
+
+def permission_for(check: PermissionCheck) -> str:
+    """The Django permission string (``app_label.codename``) one check stands for."""
+    if isinstance(check, str):
+        return check
+    resource, action = check
+    model_label = assistant_settings.RESOURCES.get(resource)
+    if isinstance(model_label, str) and "." in model_label:
+        app_label, model_name = model_label.split(".", 1)
+        verb = MODEL_ACTIONS.get(action.upper(), action.lower())
+        return f"{app_label}.{verb}_{model_name.lower()}"
+    return f"assistant.{assistant_codename(resource, action)}"
+
+
+def assistant_codename(resource: str, action: str) -> str:
+    """The codename of the permission the app creates for an unmapped ``(resource, ACTION)``."""
+    return f"{resource}_{action}".lower().replace(" ", "_")
+
+
+def required_permissions(tool: AssistantTool) -> tuple[str, ...]:
+    """The tool's checks as Django permission strings, resolved once per settings."""
+    try:
+        return _required[tool]
+    except KeyError:
+        perms = _required[tool] = tuple(permission_for(check) for check in tool.permission_checks)
+        return perms
+
+
+@dataclass(slots=True)
+class UserAccess:
+    """A snapshot of what a user holds, loaded once (2 or 3 queries) and reused for every tool."""
+
+    user: Any
+    authenticated: bool
+    active: bool
+    superuser: bool
+    perms: frozenset[str]
+    _object_perms: frozenset[str] | None = field(default=None)
+
+    def object_perms(self) -> frozenset[str]:
+        """Permissions the user holds on at least one object (through django-guardian)."""
+        if self._object_perms is None:
+            self._object_perms = _load_object_perms(self.user)
+        return self._object_perms
+
+
+def _load_object_perms(user: Any) -> frozenset[str]:
+    from guardian.utils import get_group_obj_perms_model, get_user_obj_perms_model
+
+    fields = ("permission__content_type__app_label", "permission__codename")
+    direct = get_user_obj_perms_model()._default_manager.filter(user=user).values_list(*fields)
+    via_groups = (
+        get_group_obj_perms_model()
+        ._default_manager.filter(group__in=user.groups.all())
+        .values_list(*fields)
+    )
+    return frozenset(f"{app}.{codename}" for app, codename in direct.union(via_groups))
+
+
+def access_for(user: Any) -> UserAccess:
+    """The user's access snapshot, cached on the user object like Django's own permission cache."""
+    access = getattr(user, ACCESS_ATTRIBUTE, None)
+    if access is not None:
+        return access
+    authenticated = bool(user is not None and user.is_authenticated)
+    active = authenticated and bool(getattr(user, "is_active", False))
+    superuser = active and bool(getattr(user, "is_superuser", False))
+    perms: frozenset[str] = frozenset()
+    if active and not superuser:
+        perms = frozenset(user.get_all_permissions())
+    access = UserAccess(
+        user=user, authenticated=authenticated, active=active, superuser=superuser, perms=perms
+    )
+    if authenticated:
+        setattr(user, ACCESS_ATTRIBUTE, access)
+    return access
+
+
+async def aaccess_for(user: Any) -> UserAccess:
+    access = getattr(user, ACCESS_ATTRIBUTE, None)
+    if access is not None:
+        return access
+    return await sync_to_async(access_for)(user)
+
+
+def forget_access(user: Any) -> None:
+    """Drop the cached snapshot (and Django's) so the next check reads the database again."""
+    for attribute in (ACCESS_ATTRIBUTE, "_perm_cache", "_user_perm_cache", "_group_perm_cache"):
+        if hasattr(user, attribute):
+            delattr(user, attribute)
+
+
+def denials(access: UserAccess, tool: AssistantTool, instance: Any = None) -> tuple[str, ...]:
+    """Why this user may not use this tool (empty when they may).
+
+    Without ``instance`` an object-checked permission passes when the user holds it on at least
+    one object (the catalog's question); with one, it must be held globally or on that instance.
+    """
+    if not access.authenticated:
+        return ("not authenticated",)
+    if not access.active:
+        return ("inactive user",)
+    if access.superuser or tool.public:
+        return ()
+    failing = []
+    for perm in required_permissions(tool):
+        if perm in access.perms:
+            if tool.permission_mode == "any":
+                return ()
+            continue
+        if tool.object_check is not None:
+            if instance is None:
+                held = perm in access.object_perms()
+            else:
+                held = access.user.has_perm(perm, instance)
+            if held:
+                if tool.permission_mode == "any":
+                    return ()
+                continue
+        failing.append(f"missing permission {perm}")
+    return tuple(failing)
+
+
+def can_use_tool(user: Any, tool: AssistantTool, instance: Any = None) -> bool:
+    """Whether ``user`` may see and call ``tool`` (on ``instance``, for object-checked tools)."""
+    return not denials(access_for(user), tool, instance)
+
+
+def visible_tools(user: Any, tools: Iterable[AssistantTool]) -> list[AssistantTool]:
+    access = access_for(user)
+    return [tool for tool in tools if not denials(access, tool)]
+
+
+def explain(
+    user: Any, tools: Iterable[AssistantTool]
+) -> list[tuple[AssistantTool, tuple[str, ...]]]:
+    """Each tool with the reasons it is hidden from ``user`` (no reasons: visible)."""
+    access = access_for(user)
+    return [(tool, denials(access, tool)) for tool in tools]
+
+
+def create_tool_permissions(using: str = "default", **kwargs: Any) -> None:
+    """After ``migrate``: create ``assistant.<resource>_<action>`` for every unmapped pair."""
+    from django.contrib.auth.models import Permission
+    from django.contrib.contenttypes.models import ContentType
+
+    from .models import Tool
+    from .registry import registry
+
+    wanted: dict[str, str] = {}
+    for tool in registry:
+        for check in tool.permission_checks:
+            if isinstance(check, tuple):
+                perm = permission_for(check)
+                app_label, codename = perm.split(".", 1)
+                if app_label == "assistant":
+                    resource, action = check
+                    wanted[codename] = f"Can {action.lower()} {resource} (assistant)"
+    if not wanted:
+        return
+    content_type = ContentType.objects.db_manager(using).get_for_model(
+        Tool, for_concrete_model=False
+    )
+    existing = set(
+        Permission.objects.using(using)
+        .filter(content_type=content_type, codename__in=wanted)
+        .values_list("codename", flat=True)
+    )
+    Permission.objects.using(using).bulk_create(
+        [
+            Permission(content_type=content_type, codename=codename, name=name[:255])
+            for codename, name in wanted.items()
+            if codename not in existing
+        ]
+    )
+
+
+class IsAuditViewer(BasePermission):
+    """Staff holding ``assistant.view_auditentry``."""
+
+    message = "Staff with the assistant audit permission only."
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        user = request.user
+        return bool(
+            user
+            and user.is_authenticated
+            and user.is_staff
+            and user.has_perm("assistant.view_auditentry")
+        )

@@ -1,0 +1,96 @@
+"""The offline planner: the registry's keywords pick the tool, the message's words fill its entities."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..entities import Entity
+from ..registry import AssistantTool, ToolRegistry, registry
+from . import Intent
+
+FALLBACK_OPERATION = "show_capabilities"
+PAIR_RE = re.compile(r"""(?P<key>[A-Za-z_][\w-]*)\s*=\s*(?P<value>"[^"]*"|'[^']*'|\S+)""")
+QUOTED_RE = re.compile(r""""([^"]*)"|'([^']*)'""")
+NUMBER_RE = re.compile(r"(?<![\w.-])-?\d+(?:\.\d+)?(?![\w.])")
+BOOL_RE = re.compile(r"\b(true|false|yes|no)\b", re.IGNORECASE)
+
+
+def _phrases(tool: AssistantTool) -> tuple[str, ...]:
+    """What names a tool in a message: its keywords, its operation, the operation spelled out."""
+    return (*tool.keywords, tool.operation.lower(), tool.operation.replace("_", " ").lower())
+
+
+def match_tool(text: str, tools: list[AssistantTool]) -> AssistantTool | None:
+    """The tool whose longest phrase appears in the message as whole words."""
+    lowered = " ".join(text.lower().split())
+    best: tuple[int, AssistantTool] | None = None
+    for tool in tools:
+        for phrase in _phrases(tool):
+            if len(phrase) > (best[0] if best else 0) and re.search(
+                rf"(?<!\w){re.escape(phrase)}(?!\w)", lowered
+            ):
+                best = (len(phrase), tool)
+    return best[1] if best else None
+
+
+def _unquote(value: str) -> str:
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        return value[1:-1]
+    return value
+
+
+def _parse(entity: Entity, text: str) -> Any:
+    try:
+        return entity.parse_text(text)
+    except ValueError:
+        return text  # dispatch reports the bad value as invalid_entities
+
+
+def extract_entities(text: str, tool: AssistantTool) -> dict[str, Any]:
+    """``key=value`` pairs first, then quoted strings, bare numbers and booleans by declared type."""
+    found: dict[str, Any] = {}
+    for match in PAIR_RE.finditer(text):
+        key = match["key"]
+        entity = tool.entity_map.get(key)
+        raw = _unquote(match["value"])
+        found[key] = _parse(entity, raw) if entity else raw
+    rest = PAIR_RE.sub(" ", text)
+    free = [entity for entity in tool.entities if entity.name not in found]
+
+    def fill(kinds: tuple[str, ...], value: str) -> bool:
+        for entity in free:
+            if entity.kind in kinds and entity.name not in found:
+                try:
+                    found[entity.name] = entity.parse_text(value)
+                except ValueError:
+                    continue
+                return True
+        return False
+
+    for match in QUOTED_RE.finditer(rest):
+        fill(("string", "enum"), match[1] if match[1] is not None else match[2])
+    rest = QUOTED_RE.sub(" ", rest)
+    for match in NUMBER_RE.finditer(rest):
+        number = match.group()
+        if "." in number or not fill(("integer",), number):
+            fill(("number",), number)
+    for match in BOOL_RE.finditer(rest):
+        fill(("boolean",), match.group())
+    return found
+
+
+def plan(text: str, user: Any, site: ToolRegistry = registry) -> list[Intent]:
+    """Map a message to one intent among the tools this user may use; unmatched → capabilities."""
+    tools = site.visible_tools(user)
+    tool = match_tool(text, tools)
+    if tool is None:
+        if FALLBACK_OPERATION in site:
+            return [Intent(operation=FALLBACK_OPERATION, source="keywords")]
+        return []
+    return [
+        Intent(operation=tool.operation, entities=extract_entities(text, tool), source="keywords")
+    ]
+
+
+__all__ = ["Intent", "extract_entities", "match_tool", "plan"]

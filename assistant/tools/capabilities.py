@@ -1,0 +1,38 @@
+"""``show_capabilities``: the user's own catalog, grouped by domain (ADR-0008 step 1)."""
+
+from __future__ import annotations
+
+from itertools import groupby
+
+from ..registry import ToolCall, ToolResult, assistant_tool, registry
+
+
+@assistant_tool(
+    operation="show_capabilities",
+    domain="assistant",
+    description="List what the assistant can do for you, grouped by domain",
+    risk_level="safe",
+    public=True,
+    keywords=["help", "capabilities", "what can you do", "tools"],
+)
+def show_capabilities(call: ToolCall) -> ToolResult:
+    tools = sorted(
+        registry.visible_tools(call.user), key=lambda tool: (tool.domain, tool.operation)
+    )
+    lines = ["Here is what I can do for you:"]
+    data = []
+    for domain, group in groupby(tools, key=lambda tool: tool.domain):
+        lines.append(f"\n{domain}")
+        for tool in group:
+            flag = " (asks for confirmation)" if tool.requires_confirmation else ""
+            lines.append(f"  • {tool.operation}: {tool.description}{flag}")
+            data.append(
+                {
+                    "operation": tool.operation,
+                    "domain": tool.domain,
+                    "description": tool.description,
+                    "risk_level": tool.risk_level.value,
+                    "requires_confirmation": tool.requires_confirmation,
+                }
+            )
+    return ToolResult(text="\n".join(lines), data=data)

@@ -1,0 +1,103 @@
+"""The example project's own tools: user administration, declared once each."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from django.contrib.auth import get_user_model
+from django.db.models import Q
+
+from assistant import ToolCall, ToolResult, assistant_tool
+
+User = get_user_model()
+
+
+@assistant_tool(
+    operation="whoami",
+    domain="account",
+    description="Tell who you are signed in as, and your groups",
+    risk_level="safe",
+    public=True,
+    keywords=["who am i", "whoami", "my account"],
+)
+def whoami(call: ToolCall) -> ToolResult:
+    user = call.user
+    groups = ", ".join(user.groups.values_list("name", flat=True)) or "no groups"  # type: ignore[union-attr]
+    role = "superuser" if user.is_superuser else ("staff" if user.is_staff else "user")  # type: ignore[union-attr]
+    return ToolResult(text=f"You are {user.get_username()} ({role}; {groups}).")
+
+
+@assistant_tool(
+    operation="list_users",
+    domain="users",
+    description="List user accounts, optionally searching by username or e-mail",
+    risk_level="safe",
+    permission_checks=[("users", "READ")],
+    keywords=["list users", "users", "find user"],
+)
+def list_users(
+    call: ToolCall,
+    search: Annotated[str | None, "part of a username or e-mail"] = None,
+    active_only: bool = True,
+    page: int = 1,
+    page_size: int = 20,
+) -> ToolResult:
+    users = User._default_manager.order_by("username")
+    if search:
+        users = users.filter(Q(username__icontains=search) | Q(email__icontains=search))
+    if active_only:
+        users = users.filter(is_active=True)
+    page_size = max(1, min(page_size, 100))
+    start = (max(page, 1) - 1) * page_size
+    rows = list(
+        users.values("id", "username", "email", "is_active", "is_staff")[start : start + page_size]
+    )
+    if not rows:
+        return ToolResult(text="No users match.", data=[])
+    lines = [
+        f"#{row['id']} {row['username']}" + ("" if row["is_active"] else " (inactive)")
+        for row in rows
+    ]
+    return ToolResult(text=f"{len(rows)} users:\n" + "\n".join(lines), data=rows)
+
+
+@assistant_tool(
+    operation="deactivate_user",
+    domain="users",
+    description="Deactivate a user account so it can no longer sign in",
+    risk_level="dangerous",
+    requires_confirmation=True,
+    permission_checks=[("users", "UPDATE")],
+    object_check=("user_id", "auth.User"),
+    keywords=["deactivate user", "disable user"],
+)
+def deactivate_user(
+    call: ToolCall, user_id: Annotated[int, "the account's id"], reason: str = ""
+) -> ToolResult:
+    account = call.instance
+    if account.pk == call.user.pk:
+        return ToolResult(text="You cannot deactivate your own account.")
+    account.is_active = False
+    account.save(update_fields=["is_active"])
+    return ToolResult(
+        text=f"Deactivated {account.get_username()}." + (f" Reason: {reason}" if reason else ""),
+        actions=[{"type": "user_deactivated", "user_id": account.pk}],
+    )
+
+
+@assistant_tool(
+    operation="set_password",
+    domain="users",
+    description="Set a new password for a user account",
+    risk_level="guarded",
+    requires_confirmation=True,
+    permission_checks=[("users", "UPDATE")],
+    object_check=("user_id", "auth.User"),
+    sensitive_entities=["new_password"],
+    keywords=["set password", "reset password"],
+)
+def set_password(call: ToolCall, user_id: int, new_password: str) -> ToolResult:
+    account = call.instance
+    account.set_password(new_password)
+    account.save(update_fields=["password"])
+    return ToolResult(text=f"Password changed for {account.get_username()}.")
