@@ -108,13 +108,29 @@ def audit_entities(tool: AssistantTool | None, raw: Any) -> dict[str, Any]:
     return jsonable(visible)
 
 
-def write_audit(**fields: Any) -> int:
-    """Append one audit entry; the single place dispatch writes the trail."""
-    user = fields.get("user")
-    if user is not None and not user.is_authenticated:
-        fields["user"] = None
-    fields["username"] = fields["user"].get_username() if fields.get("user") is not None else ""
-    return AuditEntry.objects.create(**fields).pk
+def write_audit(call: _Call, outcome: Outcome) -> int:
+    """Append one audit entry for a finished call: the single place the trail is written."""
+    user = call.user if call.user is not None and call.user.is_authenticated else None
+    tool = call.tool
+    return AuditEntry.objects.create(
+        user=user,
+        username=user.get_username() if user is not None else "",
+        operation=call.operation[:64] if isinstance(call.operation, str) else "",
+        domain=tool.domain if tool else "",
+        risk_level=tool.risk_level.value if tool else "",
+        decision=outcome.decision,
+        entities=outcome.entities,
+        duration_ms=outcome.duration_ms,
+        error=outcome.error_summary,
+        source=call.source,
+        request_ip=call.request_ip,
+        conversation=call.conversation,
+        pending_action=call.action,
+    ).pk
+
+
+async def awrite_audit(call: _Call, outcome: Outcome) -> int:
+    return await sync_to_async(write_audit)(call, outcome)
 
 
 def _error_summary(exc: BaseException) -> str:
@@ -292,23 +308,6 @@ class _Call:
     def stop(self, decision: str, error: AssistantError) -> Outcome:
         return self.finish(decision, error=error, error_summary=error.message)
 
-    def audit_fields(self, outcome: Outcome) -> dict[str, Any]:
-        tool = self.tool
-        return {
-            "user": self.user,
-            "operation": self.operation[:64] if isinstance(self.operation, str) else "",
-            "domain": tool.domain if tool else "",
-            "risk_level": tool.risk_level.value if tool else "",
-            "decision": outcome.decision,
-            "entities": outcome.entities,
-            "duration_ms": outcome.duration_ms,
-            "error": outcome.error_summary,
-            "source": self.source,
-            "request_ip": self.request_ip,
-            "conversation": self.conversation,
-            "pending_action": self.action,
-        }
-
     def finish(
         self,
         decision: str,
@@ -332,12 +331,12 @@ class _Call:
 
 
 def _audited(call: _Call, outcome: Outcome) -> Outcome:
-    outcome.audit_id = write_audit(**call.audit_fields(outcome))
+    outcome.audit_id = write_audit(call, outcome)
     return outcome
 
 
 async def _aaudited(call: _Call, outcome: Outcome) -> Outcome:
-    outcome.audit_id = await sync_to_async(write_audit)(**call.audit_fields(outcome))
+    outcome.audit_id = await awrite_audit(call, outcome)
     return outcome
 
 

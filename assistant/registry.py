@@ -40,9 +40,9 @@ class ToolResult:
     data: Any = None
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(kw_only=True, slots=True)
 class ToolCall:
-    """Everything a handler may need about the call it is serving."""
+    """Everything a handler may need about the call it is serving (treat it as read-only)."""
 
     tool: AssistantTool
     entities: Mapping[str, Any]

@@ -57,7 +57,7 @@ ASGI_APPLICATION = "tests.asgi.application"
 _database = dj_database_url.config(default="sqlite://:memory:")
 if _database["ENGINE"].endswith("postgresql"):
     # An explicit test name: server processes forked by browser tests must find the same database.
-    _database["TEST"] = {"NAME": "test_assistant"}
+    _database["TEST"] = {"NAME": os.environ.get("ASSISTANT_TEST_DB", "test_assistant")}
 DATABASES = {"default": _database}
 
 REDIS_URL = os.environ.get("REDIS_URL")

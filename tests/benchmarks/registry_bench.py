@@ -1,0 +1,264 @@
+"""Registry benchmark: registration, catalog build and dispatch overhead; prints its figures.
+
+Run: ``make bench`` (SQLite, then PostgreSQL when DATABASE_URL or the local server is reachable),
+or ``python tests/benchmarks/registry_bench.py --backend sqlite|postgres`` for one backend.
+Targets (issue #2): registration < 300 µs/tool; catalog of 500 tools ≤ 3 queries and < 1 ms once
+the user's permissions are loaded; dispatch overhead without the audit insert < 5 µs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/postgres"
+TOOLS = 500
+RESOURCES = 50
+
+
+def setup_django() -> None:
+    sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+    import django
+
+    django.setup()
+
+
+def template(
+    call: Any,
+    search: str | None = None,
+    environment: str | None = None,
+    page: int = 1,
+    page_size: int = 20,
+) -> Any:
+    return None
+
+
+def generated_handlers(count: int) -> list[types.FunctionType]:
+    """Distinct functions shaped like the ADR's search_dashboards handler."""
+    handlers = []
+    for index in range(count):
+        handler = types.FunctionType(
+            template.__code__, template.__globals__, f"tool_{index}", template.__defaults__
+        )
+        handler.__annotations__ = dict(template.__annotations__)
+        handler.__module__ = __name__
+        handlers.append(handler)
+    return handlers
+
+
+def bench_registration() -> tuple[float, Any]:
+    from assistant.registry import ToolRegistry, assistant_tool
+
+    site = ToolRegistry("bench")
+    handlers = generated_handlers(TOOLS)
+    started = time.perf_counter()
+    for index, handler in enumerate(handlers):
+        assistant_tool(
+            operation=f"search_things_{index}",
+            domain=f"domain{index % 10}",
+            description="Search and list things by name, id, or get all of them",
+            risk_level="safe",
+            permission_checks=[(f"resource{index % RESOURCES}", "READ")],
+            keywords=[f"things {index}"],
+            site=site,
+        )(handler)
+    elapsed = time.perf_counter() - started
+    return elapsed / TOOLS * 1e6, site
+
+
+def make_permissions(site: Any) -> None:
+    from django.contrib.auth.models import Permission
+    from django.contrib.contenttypes.models import ContentType
+
+    from assistant.models import Tool
+    from assistant.permissions import assistant_codename
+
+    content_type = ContentType.objects.get_for_model(Tool, for_concrete_model=False)
+    Permission.objects.bulk_create(
+        [
+            Permission(
+                content_type=content_type,
+                codename=assistant_codename(f"resource{index}", "READ"),
+                name=f"resource{index} read",
+            )
+            for index in range(RESOURCES)
+        ],
+        ignore_conflicts=True,
+    )
+
+
+def bench_catalog(site: Any) -> tuple[int, float, int]:
+    from django.contrib.auth.models import Group, Permission, User
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    user = User.objects.create_user("catalog-bench", password="x")
+    granted = Permission.objects.filter(codename__in=[f"resource{i}_read" for i in range(0, RESOURCES, 2)])
+    group = Group.objects.create(name="bench-readers")
+    group.permissions.set(granted[: len(granted) // 2])
+    user.user_permissions.set(granted[len(granted) // 2 :])
+    user.groups.add(group)
+    user = User.objects.get(pk=user.pk)
+    with CaptureQueriesContext(connection) as queries:
+        catalog = site.get_catalog(user)
+    cold_queries = len(queries)
+    samples = []
+    for _ in range(200):
+        started = time.perf_counter()
+        catalog = site.get_catalog(user)
+        samples.append(time.perf_counter() - started)
+    return cold_queries, statistics.median(samples) * 1000, len(catalog)
+
+
+def noop(call: Any) -> Any:
+    from assistant.registry import ToolResult
+
+    return ToolResult(text="ok")
+
+
+async def anoop(call: Any) -> Any:
+    from assistant.registry import ToolResult
+
+    return ToolResult(text="ok")
+
+
+def bench_dispatch(audit: bool, calls: int) -> dict[str, float]:
+    import assistant.dispatch as dispatch_module
+    from django.contrib.auth.models import Permission, User
+
+    from assistant.registry import ToolCall, ToolRegistry, assistant_tool
+
+    site = ToolRegistry("dispatch-bench")
+    for operation, handler in (("noop", noop), ("anoop", anoop)):
+        assistant_tool(
+            operation=operation,
+            domain="bench",
+            description="Does nothing",
+            risk_level="safe",
+            permission_checks=["testapp.view_order"],
+            site=site,
+        )(handler)
+    user, _ = User.objects.get_or_create(username="dispatch-bench")
+    user.user_permissions.add(Permission.objects.get(codename="view_order"))
+    user = User.objects.get(pk=user.pk)
+    tool = site.get("noop")
+    call = ToolCall(tool=tool, entities={}, user=user)
+
+    real_writer, real_awriter = dispatch_module.write_audit, dispatch_module.awrite_audit
+
+    async def no_audit(call: Any, outcome: Any) -> None:
+        return None
+
+    if not audit:
+        dispatch_module.write_audit = lambda call, outcome: None
+        dispatch_module.awrite_audit = no_audit
+    try:
+        dispatch_module.dispatch("noop", user=user, site=site)  # loads the user's permissions
+
+        def direct_sync() -> float:
+            started = time.perf_counter()
+            for _ in range(calls):
+                noop(call)
+            return time.perf_counter() - started
+
+        def via_dispatch() -> float:
+            started = time.perf_counter()
+            for _ in range(calls):
+                dispatch_module.dispatch("noop", user=user, site=site)
+            return time.perf_counter() - started
+
+        async def direct_async() -> float:
+            started = time.perf_counter()
+            for _ in range(calls):
+                await anoop(call)
+            return time.perf_counter() - started
+
+        async def via_adispatch() -> float:
+            started = time.perf_counter()
+            for _ in range(calls):
+                await dispatch_module.adispatch("anoop", user=user, site=site)
+            return time.perf_counter() - started
+
+        sync_direct = min(direct_sync() for _ in range(3))
+        sync_dispatch = min(via_dispatch() for _ in range(3))
+        async_direct = min(asyncio.run(direct_async()) for _ in range(3))
+        async_dispatch = min(asyncio.run(via_adispatch()) for _ in range(3))
+    finally:
+        dispatch_module.write_audit, dispatch_module.awrite_audit = real_writer, real_awriter
+    return {
+        "sync": (sync_dispatch - sync_direct) / calls * 1e6,
+        "async": (async_dispatch - async_direct) / calls * 1e6,
+    }
+
+
+def run_one(backend: str) -> None:
+    if backend == "postgres":
+        os.environ["DATABASE_URL"] = os.environ.get("DATABASE_URL") or POSTGRES_URL
+    else:
+        os.environ.pop("DATABASE_URL", None)
+    setup_django()
+    from django.db import connection
+    from django.test.utils import setup_test_environment
+
+    setup_test_environment()
+    connection.settings_dict["TEST"]["NAME"] = "assistant_registry_bench"
+    old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True)
+    try:
+        per_tool_us, site = bench_registration()
+        make_permissions(site)
+        queries, catalog_ms, visible = bench_catalog(site)
+        bare = bench_dispatch(audit=False, calls=20000)
+        audited = bench_dispatch(audit=True, calls=2000)
+    finally:
+        from asgiref.sync import SyncToAsync
+        from django.db import connections
+
+        SyncToAsync.single_thread_executor.submit(connections.close_all).result()
+        connection.creation.destroy_test_db(old_name, verbosity=0)
+    where = "file on disk" if connection.vendor == "sqlite" else "local server"
+    print(f"[{connection.vendor}, {where}]")
+    print(f"  registration ({TOOLS} tools, 4 entities each): {per_tool_us:8.1f} µs/tool   target < 300")
+    print(f"  catalog, {TOOLS} tools, non-superuser: {queries} queries cold   target <= 3")
+    print(f"  catalog, warm ({visible} visible):       {catalog_ms:8.3f} ms        target < 1")
+    print(f"  dispatch overhead, sync, no audit:     {bare['sync']:8.2f} µs        target < 5")
+    print(f"  dispatch overhead, async, no audit:    {bare['async']:8.2f} µs        target < 5")
+    print(f"  dispatch overhead, sync, with audit:   {audited['sync']:8.1f} µs")
+    print(f"  dispatch overhead, async, with audit:  {audited['async']:8.1f} µs")
+
+
+def postgres_reachable() -> bool:
+    try:
+        import psycopg
+
+        psycopg.connect(os.environ.get("DATABASE_URL") or POSTGRES_URL, connect_timeout=2).close()
+        return True
+    except Exception:
+        return False
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=["sqlite", "postgres", "all"], default="all")
+    backend = parser.parse_args().backend
+    if backend != "all":
+        run_one(backend)
+        return
+    backends = ["sqlite"] + (["postgres"] if postgres_reachable() else [])
+    for name in backends:
+        subprocess.run([sys.executable, __file__, "--backend", name], check=True, cwd=ROOT)
+    if "postgres" not in backends:
+        print("[postgresql] skipped: no server reachable")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,986 @@
+"""The REST API for end users: catalog, turns, dispatch outcomes, confirmations, conversations."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.core.cache import cache
+from django.middleware.csrf import get_token
+from django.test import Client, RequestFactory, override_settings
+from django.utils import timezone
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from assistant.models import AuditEntry, Conversation, Message, PendingAction
+from tests.testapp.models import Order
+
+API = "/assistant/api"
+PUBLIC_TOOLS = ["apong", "echo_types", "explode", "forbid", "ping", "show_capabilities"]
+ALL_TOOLS = sorted(
+    [
+        *PUBLIC_TOOLS,
+        "approve_order",
+        "cancel_order",
+        "export_orders",
+        "list_orders",
+        "merge_orders",
+        "show_report",
+        "store_secret",
+    ]
+)
+
+
+def client_for(user: Any) -> APIClient:
+    client = APIClient()
+    client.force_login(user)
+    return client
+
+
+def dispatch_call(client: Any, operation: str, **entities: Any) -> Any:
+    return client.post(
+        f"{API}/dispatch/", {"operation": operation, "entities": entities}, format="json"
+    )
+
+
+def operations(tools: list[dict[str, Any]]) -> list[str]:
+    return sorted(tool["operation"] for tool in tools)
+
+
+@pytest.fixture
+def order() -> Order:
+    return Order.objects.create(reference="A-1")
+
+
+@pytest.fixture
+def other_clerk(make_user: Callable[..., Any]) -> Any:
+    """Holds exactly the clerk's permissions, but owns none of the clerk's actions."""
+    return make_user(
+        "clerk2", "testapp.view_order", "testapp.change_order", "testapp.approve_order"
+    )
+
+
+@pytest.fixture
+def pending(clerk: Any, order: Order) -> PendingAction:
+    """A pending approve_order of the clerk's, requested over REST."""
+    response = dispatch_call(client_for(clerk), "approve_order", order_id=order.pk)
+    assert response.status_code == 202
+    return PendingAction.objects.get(pk=response.json()["pending_action"]["id"])
+
+
+# --- the catalog ---------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("who", "expected"),
+    [
+        ("plain_user", PUBLIC_TOOLS),
+        (
+            "reader",
+            sorted([*PUBLIC_TOOLS, "list_orders", "show_report", "export_orders"]),
+        ),
+        (
+            "clerk",
+            sorted(
+                [*PUBLIC_TOOLS, "list_orders", "approve_order", "cancel_order", "export_orders"]
+            ),
+        ),
+        ("superuser", ALL_TOOLS),
+    ],
+)
+def test_tools_lists_exactly_what_the_user_may_call(
+    request: pytest.FixtureRequest, who: str, expected: list[str]
+) -> None:
+    response = client_for(request.getfixturevalue(who)).get(f"{API}/tools/")
+
+    assert response.status_code == 200
+    assert operations(response.json()["tools"]) == expected
+
+
+@pytest.mark.django_db
+def test_inventory_style_describes_each_tool(clerk: Any) -> None:
+    tools = client_for(clerk).get(f"{API}/tools/").json()["tools"]
+    approve = next(tool for tool in tools if tool["operation"] == "approve_order")
+
+    assert approve == {
+        "operation": "approve_order",
+        "domain": "orders",
+        "description": "Approve an order",
+        "risk_level": "guarded",
+        "requires_confirmation": True,
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "order_id": {"type": "integer"},
+                "note": {"type": "string", "default": ""},
+            },
+            "required": ["order_id"],
+            "additionalProperties": False,
+        },
+    }
+
+
+@pytest.mark.django_db
+def test_openai_style_is_the_same_catalog_in_openai_tool_format(reader: Any) -> None:
+    client = client_for(reader)
+    inventory = client.get(f"{API}/tools/").json()["tools"]
+
+    response = client.get(f"{API}/tools/", {"style": "openai"})
+
+    assert response.status_code == 200
+    tools = response.json()["tools"]
+    assert {tool["type"] for tool in tools} == {"function"}
+    assert [tool["function"]["name"] for tool in tools] == [t["operation"] for t in inventory]
+    by_name = {tool["function"]["name"]: tool["function"] for tool in tools}
+    for entry in inventory:
+        assert by_name[entry["operation"]] == {
+            "name": entry["operation"],
+            "description": entry["description"],
+            "parameters": entry["parameters"],
+        }
+
+
+@pytest.mark.django_db
+def test_anthropic_style_is_the_same_catalog_in_anthropic_tool_format(reader: Any) -> None:
+    client = client_for(reader)
+    inventory = client.get(f"{API}/tools/").json()["tools"]
+
+    response = client.get(f"{API}/tools/", {"style": "anthropic"})
+
+    assert response.status_code == 200
+    assert response.json()["tools"] == [
+        {
+            "name": entry["operation"],
+            "description": entry["description"],
+            "input_schema": entry["parameters"],
+        }
+        for entry in inventory
+    ]
+
+
+@pytest.mark.django_db
+def test_an_unknown_catalog_style_is_a_400(reader: Any) -> None:
+    response = client_for(reader).get(f"{API}/tools/", {"style": "yaml"})
+
+    assert response.status_code == 400
+    body = response.json()
+    assert body["code"] == "invalid"
+    assert set(body["errors"]) == {"style"}
+
+
+# --- one turn ------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_message_runs_one_turn_and_stores_both_sides(plain_user: Any) -> None:
+    response = client_for(plain_user).post(f"{API}/messages/", {"message": "ping"}, format="json")
+
+    assert response.status_code == 201
+    body = response.json()
+    conversation = Conversation.objects.get(pk=body["conversation"])
+    assert conversation.user == plain_user
+    assert body["user_message"]["role"] == "user"
+    assert body["user_message"]["text"] == "ping"
+    assert body["assistant_message"]["role"] == "assistant"
+    assert body["assistant_message"]["text"] == "pong for plain"
+    assert body["assistant_message"]["status"] == "complete"
+    assert [(o["operation"], o["decision"]) for o in body["outcomes"]] == [("ping", "executed")]
+    assert body["pending_actions"] == []
+    stored = list(conversation.messages.values_list("id", "role", "text"))
+    assert stored == [
+        (uuid.UUID(body["user_message"]["id"]), "user", "ping"),
+        (uuid.UUID(body["assistant_message"]["id"]), "assistant", "pong for plain"),
+    ]
+    assert AuditEntry.objects.get().conversation == conversation
+
+
+@pytest.mark.django_db
+def test_a_message_can_continue_one_of_your_conversations(plain_user: Any) -> None:
+    client = client_for(plain_user)
+    first = client.post(f"{API}/messages/", {"message": "ping"}, format="json").json()
+
+    response = client.post(
+        f"{API}/messages/",
+        {"message": "ping again", "conversation": first["conversation"]},
+        format="json",
+    )
+
+    assert response.status_code == 201
+    assert response.json()["conversation"] == first["conversation"]
+    assert Conversation.objects.count() == 1
+    assert Message.objects.filter(conversation_id=first["conversation"]).count() == 4
+
+
+@pytest.mark.django_db
+def test_a_message_cannot_continue_someone_elses_conversation(plain_user: Any, reader: Any) -> None:
+    theirs = client_for(reader).post(f"{API}/messages/", {"message": "ping"}, format="json")
+
+    response = client_for(plain_user).post(
+        f"{API}/messages/",
+        {"message": "ping", "conversation": theirs.json()["conversation"]},
+        format="json",
+    )
+
+    assert response.status_code == 404
+    assert response.json()["code"] == "not_found"
+    assert Message.objects.count() == 2
+
+
+@pytest.mark.django_db
+def test_a_message_needing_confirmation_returns_the_pending_action(
+    clerk: Any, order: Order
+) -> None:
+    response = client_for(clerk).post(
+        f"{API}/messages/", {"message": f"approve order {order.pk}"}, format="json"
+    )
+
+    assert response.status_code == 201
+    body = response.json()
+    assert [(o["operation"], o["decision"]) for o in body["outcomes"]] == [
+        ("approve_order", "confirmation_requested")
+    ]
+    [action] = body["pending_actions"]
+    assert action["status"] == "pending"
+    assert action["entities"]["order_id"] == order.pk
+    stored = PendingAction.objects.get(pk=action["id"])
+    assert str(stored.conversation_id) == body["conversation"]
+    order.refresh_from_db()
+    assert order.approvals == 0
+
+
+@pytest.mark.django_db
+def test_an_unmatched_message_answers_with_the_users_capabilities(plain_user: Any) -> None:
+    response = client_for(plain_user).post(
+        f"{API}/messages/", {"message": "good morning"}, format="json"
+    )
+
+    assert response.status_code == 201
+    [outcome] = response.json()["outcomes"]
+    assert (outcome["operation"], outcome["decision"]) == ("show_capabilities", "executed")
+    assert sorted(tool["operation"] for tool in outcome["data"]) == PUBLIC_TOOLS
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("payload", [{"message": ""}, {"message": "   "}, {}])
+def test_an_empty_message_is_a_400_and_nothing_is_stored(
+    plain_user: Any, payload: dict[str, Any]
+) -> None:
+    response = client_for(plain_user).post(f"{API}/messages/", payload, format="json")
+
+    assert response.status_code == 400
+    body = response.json()
+    assert body["code"] == "invalid"
+    assert set(body["errors"]) == {"message"}
+    assert Conversation.objects.count() == 0
+    assert Message.objects.count() == 0
+
+
+# --- dispatch outcomes ---------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_dispatch_executed_is_200_with_its_result_and_audit(plain_user: Any) -> None:
+    response = dispatch_call(client_for(plain_user), "ping")
+
+    assert response.status_code == 200
+    body = response.json()
+    assert body["operation"] == "ping"
+    assert body["decision"] == "executed"
+    assert body["code"] is None
+    assert body["text"] == "pong for plain"
+    entry = AuditEntry.objects.get()
+    assert entry.pk == body["audit_id"]
+    assert (entry.user, entry.decision, entry.source) == (plain_user, "executed", "rest")
+    assert entry.request_ip == "127.0.0.1"
+
+
+@pytest.mark.django_db
+def test_dispatch_returns_the_tools_data_and_validated_entities(reader: Any) -> None:
+    Order.objects.create(reference="B-2", status="shipped")
+    Order.objects.create(reference="B-1", status="open")
+
+    response = dispatch_call(client_for(reader), "list_orders", status="open")
+
+    assert response.status_code == 200
+    body = response.json()
+    assert body["decision"] == "executed"
+    assert body["text"] == "B-1"
+    assert body["data"] == ["B-1"]
+    assert body["entities"] == {"status": "open"}
+
+
+@pytest.mark.django_db
+def test_dispatch_async_handler_runs(plain_user: Any) -> None:
+    response = dispatch_call(client_for(plain_user), "apong", times=3)
+
+    assert response.status_code == 200
+    assert response.json()["text"] == "pong pong pong"
+
+
+@pytest.mark.django_db
+def test_dispatch_failed_is_200_with_decision_failed_and_no_internals(plain_user: Any) -> None:
+    response = dispatch_call(client_for(plain_user), "explode")
+
+    assert response.status_code == 200
+    body = response.json()
+    assert body["decision"] == "failed"
+    assert body["code"] == "tool_failed"
+    assert b"boom" not in response.content
+    assert b"Traceback" not in response.content
+    entry = AuditEntry.objects.get()
+    assert entry.decision == "failed"
+    assert entry.error == "RuntimeError: boom: internal detail 42"
+
+
+@pytest.mark.django_db
+def test_dispatch_needing_confirmation_is_202_with_the_pending_action(
+    clerk: Any, order: Order
+) -> None:
+    response = dispatch_call(client_for(clerk), "approve_order", order_id=order.pk)
+
+    assert response.status_code == 202
+    body = response.json()
+    assert body["decision"] == "confirmation_requested"
+    action = body["pending_action"]
+    assert action["operation"] == "approve_order"
+    assert action["status"] == "pending"
+    assert action["entities"]["order_id"] == order.pk
+    assert action["decided_at"] is None
+    assert body["text"] == action["summary"]
+    stored = PendingAction.objects.get(pk=action["id"])
+    assert stored.user == clerk
+    order.refresh_from_db()
+    assert order.approvals == 0
+    assert AuditEntry.objects.get().decision == "confirmation_requested"
+
+
+@pytest.mark.django_db
+def test_pending_action_expires_after_the_configured_ttl(clerk: Any, order: Order) -> None:
+    with override_settings(ASSISTANT={**settings.ASSISTANT, "CONFIRMATION_TTL": 90}):
+        response = dispatch_call(client_for(clerk), "approve_order", order_id=order.pk)
+
+    assert response.status_code == 202
+    action = PendingAction.objects.get(pk=response.json()["pending_action"]["id"])
+    assert action.expires_at - action.created_at == dt.timedelta(seconds=90)
+
+
+@pytest.mark.django_db
+def test_dispatch_redacts_sensitive_entities_in_response_and_audit(
+    make_user: Callable[..., Any],
+) -> None:
+    keeper = make_user("keeper", "assistant.vault_write")
+
+    response = dispatch_call(client_for(keeper), "store_secret", label="db", secret="hunter2")
+
+    assert response.status_code == 200
+    body = response.json()
+    assert body["text"] == "stored db (7 characters)"
+    assert body["entities"] == {"label": "db", "secret": "[redacted]"}
+    assert b"hunter2" not in response.content
+    assert AuditEntry.objects.get().entities == {"label": "db", "secret": "[redacted]"}
+
+
+@pytest.mark.django_db
+def test_dispatch_unknown_operation_is_404(plain_user: Any) -> None:
+    response = dispatch_call(client_for(plain_user), "launch_rockets")
+
+    assert response.status_code == 404
+    body = response.json()
+    assert body["code"] == "unknown_operation"
+    assert body["decision"] == "unknown"
+    assert AuditEntry.objects.get().decision == "unknown"
+
+
+@pytest.mark.django_db
+def test_dispatch_invalid_entities_is_400_naming_each_problem(plain_user: Any) -> None:
+    response = dispatch_call(
+        client_for(plain_user), "echo_types", count="many", kind="z", colour="red"
+    )
+
+    assert response.status_code == 400
+    body = response.json()
+    assert body["code"] == "invalid_entities"
+    assert body["decision"] == "invalid"
+    assert set(body["errors"]) == {"count", "kind", "colour"}
+    assert AuditEntry.objects.get().decision == "invalid"
+
+
+@pytest.mark.django_db
+def test_dispatch_missing_required_entity_is_400(plain_user: Any) -> None:
+    response = dispatch_call(client_for(plain_user), "echo_types")
+
+    assert response.status_code == 400
+    body = response.json()
+    assert body["code"] == "invalid_entities"
+    assert set(body["errors"]) == {"count"}
+
+
+@pytest.mark.django_db
+def test_dispatch_of_a_tool_outside_your_catalog_is_403(plain_user: Any) -> None:
+    response = dispatch_call(client_for(plain_user), "list_orders")
+
+    assert response.status_code == 403
+    body = response.json()
+    assert body["code"] == "permission_denied"
+    assert body["decision"] == "denied"
+    entry = AuditEntry.objects.get()
+    assert (entry.operation, entry.decision) == ("list_orders", "denied")
+
+
+@pytest.mark.django_db
+def test_a_handler_refusing_is_403_permission_denied(plain_user: Any) -> None:
+    response = dispatch_call(client_for(plain_user), "forbid")
+
+    assert response.status_code == 403
+    body = response.json()
+    assert body["code"] == "permission_denied"
+    assert body["detail"] == "Not on Sundays."
+    assert AuditEntry.objects.get().decision == "denied"
+
+
+@pytest.mark.django_db
+def test_dispatch_on_a_missing_object_is_invalid_and_opens_nothing(clerk: Any) -> None:
+    response = dispatch_call(client_for(clerk), "approve_order", order_id=999_999)
+
+    assert response.status_code == 400
+    body = response.json()
+    assert body["code"] == "invalid_entities"
+    assert set(body["errors"]) == {"order_id"}
+    assert PendingAction.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_dispatch_into_someone_elses_conversation_is_404(plain_user: Any, reader: Any) -> None:
+    theirs = Conversation.objects.create(user=reader)
+
+    response = client_for(plain_user).post(
+        f"{API}/dispatch/", {"operation": "ping", "conversation": str(theirs.pk)}, format="json"
+    )
+
+    assert response.status_code == 404
+    assert response.json()["code"] == "not_found"
+
+
+@pytest.mark.django_db
+def test_dispatch_without_an_operation_is_400(plain_user: Any) -> None:
+    response = client_for(plain_user).post(f"{API}/dispatch/", {"entities": {}}, format="json")
+
+    assert response.status_code == 400
+    body = response.json()
+    assert body["code"] == "invalid"
+    assert set(body["errors"]) == {"operation"}
+
+
+# --- confirming and cancelling -------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_confirm_runs_the_action_once_and_is_200(
+    clerk: Any, order: Order, pending: PendingAction
+) -> None:
+    response = client_for(clerk).post(f"{API}/actions/{pending.pk}/confirm/")
+
+    assert response.status_code == 200
+    body = response.json()
+    assert body["decision"] == "confirmed"
+    assert body["text"] == "Approved A-1"
+    assert body["actions"] == [{"type": "approved", "id": order.pk}]
+    order.refresh_from_db()
+    assert (order.approvals, order.status) == (1, "approved")
+    pending.refresh_from_db()
+    assert (pending.status, pending.decided_by) == ("confirmed", clerk)
+    assert list(AuditEntry.objects.order_by("id").values_list("decision", flat=True)) == [
+        "confirmation_requested",
+        "confirmed",
+    ]
+
+
+@pytest.mark.django_db
+def test_confirming_twice_is_409_and_runs_nothing_more(
+    clerk: Any, order: Order, pending: PendingAction
+) -> None:
+    client = client_for(clerk)
+    assert client.post(f"{API}/actions/{pending.pk}/confirm/").status_code == 200
+
+    response = client.post(f"{API}/actions/{pending.pk}/confirm/")
+
+    assert response.status_code == 409
+    assert response.json()["code"] == "already_decided"
+    order.refresh_from_db()
+    assert order.approvals == 1
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("verb", ["confirm", "cancel"])
+def test_someone_elses_action_is_404(
+    other_clerk: Any, order: Order, pending: PendingAction, verb: str
+) -> None:
+    response = client_for(other_clerk).post(f"{API}/actions/{pending.pk}/{verb}/")
+
+    assert response.status_code == 404
+    assert response.json()["code"] == "not_found"
+    pending.refresh_from_db()
+    assert pending.status == "pending"
+    order.refresh_from_db()
+    assert order.approvals == 0
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("verb", ["confirm", "cancel"])
+def test_an_action_that_does_not_exist_is_404(clerk: Any, verb: str) -> None:
+    response = client_for(clerk).post(f"{API}/actions/{uuid.uuid4()}/{verb}/")
+
+    assert response.status_code == 404
+    assert response.json()["code"] == "not_found"
+
+
+@pytest.mark.django_db
+def test_confirming_an_expired_action_is_410_and_runs_nothing(
+    clerk: Any, order: Order, pending: PendingAction
+) -> None:
+    PendingAction.objects.filter(pk=pending.pk).update(
+        expires_at=timezone.now() - dt.timedelta(seconds=1)
+    )
+
+    response = client_for(clerk).post(f"{API}/actions/{pending.pk}/confirm/")
+
+    assert response.status_code == 410
+    assert response.json()["code"] == "expired"
+    pending.refresh_from_db()
+    assert pending.status == "expired"
+    order.refresh_from_db()
+    assert order.approvals == 0
+    assert AuditEntry.objects.order_by("-id").first().decision == "expired"
+
+
+@pytest.mark.django_db
+def test_an_action_confirmed_after_a_zero_ttl_is_expired(clerk: Any, order: Order) -> None:
+    client = client_for(clerk)
+    with override_settings(ASSISTANT={**settings.ASSISTANT, "CONFIRMATION_TTL": 0}):
+        action_id = dispatch_call(client, "approve_order", order_id=order.pk).json()[
+            "pending_action"
+        ]["id"]
+
+    response = client.post(f"{API}/actions/{action_id}/confirm/")
+
+    assert response.status_code == 410
+    assert response.json()["code"] == "expired"
+
+
+@pytest.mark.django_db
+def test_cancel_refuses_the_action_for_good(
+    clerk: Any, order: Order, pending: PendingAction
+) -> None:
+    client = client_for(clerk)
+
+    response = client.post(f"{API}/actions/{pending.pk}/cancel/")
+
+    assert response.status_code == 200
+    assert response.json()["decision"] == "cancelled"
+    pending.refresh_from_db()
+    assert pending.status == "cancelled"
+    assert AuditEntry.objects.order_by("-id").first().decision == "cancelled"
+    confirm = client.post(f"{API}/actions/{pending.pk}/confirm/")
+    assert confirm.status_code == 409
+    assert confirm.json()["code"] == "already_decided"
+    order.refresh_from_db()
+    assert order.approvals == 0
+
+
+@pytest.mark.django_db
+def test_action_list_filters_to_your_own_waiting_actions(
+    clerk: Any, other_clerk: Any, order: Order
+) -> None:
+    client = client_for(clerk)
+
+    def request_approval(who: APIClient) -> str:
+        return dispatch_call(who, "approve_order", order_id=order.pk).json()["pending_action"]["id"]
+
+    waiting = request_approval(client)
+    expired = request_approval(client)
+    confirmed = request_approval(client)
+    request_approval(client_for(other_clerk))
+    PendingAction.objects.filter(pk=expired).update(
+        expires_at=timezone.now() - dt.timedelta(minutes=1)
+    )
+    assert client.post(f"{API}/actions/{confirmed}/confirm/").status_code == 200
+
+    only_waiting = client.get(f"{API}/actions/", {"status": "pending"})
+    all_mine = client.get(f"{API}/actions/")
+
+    assert only_waiting.status_code == 200
+    assert [action["id"] for action in only_waiting.json()["results"]] == [waiting]
+    assert all_mine.status_code == 200
+    assert sorted(action["id"] for action in all_mine.json()["results"]) == sorted(
+        [waiting, expired, confirmed]
+    )
+
+
+@pytest.mark.django_db
+def test_action_list_with_an_unknown_status_is_400(clerk: Any) -> None:
+    response = client_for(clerk).get(f"{API}/actions/", {"status": "maybe"})
+
+    assert response.status_code == 400
+    assert response.json()["code"] == "invalid"
+
+
+# --- conversations -------------------------------------------------------------------------
+
+
+def start_conversation(client: APIClient, *messages: str) -> str:
+    conversation = None
+    for text in messages:
+        body = client.post(
+            f"{API}/messages/", {"message": text, "conversation": conversation}, format="json"
+        ).json()
+        conversation = body["conversation"]
+    assert conversation is not None
+    return conversation
+
+
+@pytest.mark.django_db
+def test_conversation_list_shows_only_your_own_most_recent_first(
+    plain_user: Any, reader: Any
+) -> None:
+    mine = client_for(plain_user)
+    first = start_conversation(mine, "ping")
+    second = start_conversation(mine, "ping", "async ping")
+    start_conversation(client_for(reader), "ping")
+
+    response = mine.get(f"{API}/conversations/")
+
+    assert response.status_code == 200
+    rows = response.json()["results"]
+    assert [(row["id"], row["message_count"]) for row in rows] == [(second, 4), (first, 2)]
+
+
+@pytest.mark.django_db
+def test_conversation_detail_has_its_messages_in_order(plain_user: Any) -> None:
+    client = client_for(plain_user)
+    conversation = start_conversation(client, "ping", "async ping")
+
+    response = client.get(f"{API}/conversations/{conversation}/")
+
+    assert response.status_code == 200
+    body = response.json()
+    assert body["id"] == conversation
+    assert [(m["role"], m["text"]) for m in body["messages"]] == [
+        ("user", "ping"),
+        ("assistant", "pong for plain"),
+        ("user", "async ping"),
+        ("assistant", "pong"),
+    ]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("method", ["get", "delete"])
+def test_someone_elses_conversation_is_404(plain_user: Any, reader: Any, method: str) -> None:
+    theirs = start_conversation(client_for(reader), "ping")
+
+    response = getattr(client_for(plain_user), method)(f"{API}/conversations/{theirs}/")
+
+    assert response.status_code == 404
+    assert response.json()["code"] == "not_found"
+    assert Conversation.objects.filter(pk=theirs).exists()
+
+
+@pytest.mark.django_db
+def test_a_conversation_that_does_not_exist_is_404(plain_user: Any) -> None:
+    response = client_for(plain_user).get(f"{API}/conversations/{uuid.uuid4()}/")
+
+    assert response.status_code == 404
+    assert response.json()["code"] == "not_found"
+
+
+@pytest.mark.django_db
+def test_deleting_a_conversation_keeps_its_audit_trail(plain_user: Any) -> None:
+    client = client_for(plain_user)
+    conversation = start_conversation(client, "ping")
+
+    response = client.delete(f"{API}/conversations/{conversation}/")
+
+    assert response.status_code == 204
+    assert not Conversation.objects.filter(pk=conversation).exists()
+    assert Message.objects.count() == 0
+    entry = AuditEntry.objects.get()
+    assert (entry.operation, entry.conversation_id) == ("ping", None)
+
+
+@pytest.mark.django_db
+def test_deleting_all_conversations_deletes_only_your_own(plain_user: Any, reader: Any) -> None:
+    mine = client_for(plain_user)
+    start_conversation(mine, "ping")
+    start_conversation(mine, "ping")
+    theirs = start_conversation(client_for(reader), "ping")
+
+    response = mine.delete(f"{API}/conversations/")
+
+    assert response.status_code == 200
+    assert response.json() == {"deleted": 2}
+    assert list(Conversation.objects.values_list("id", flat=True)) == [uuid.UUID(theirs)]
+    assert AuditEntry.objects.count() == 3
+
+
+# --- authentication, CSRF and errors -------------------------------------------------------
+
+PROTECTED = [
+    ("get", "/tools/"),
+    ("post", "/messages/"),
+    ("post", "/dispatch/"),
+    ("get", "/actions/"),
+    ("post", f"/actions/{uuid.UUID(int=1)}/confirm/"),
+    ("post", f"/actions/{uuid.UUID(int=1)}/cancel/"),
+    ("get", "/conversations/"),
+    ("delete", "/conversations/"),
+    ("get", f"/conversations/{uuid.UUID(int=1)}/"),
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("method", "path"), PROTECTED)
+def test_anonymous_requests_get_a_json_401_never_a_redirect(method: str, path: str) -> None:
+    response = getattr(APIClient(), method)(f"{API}{path}")
+
+    assert response.status_code == 401
+    assert response["Content-Type"] == "application/json"
+    assert response.json()["code"] == "not_authenticated"
+    assert response["WWW-Authenticate"]
+    assert AuditEntry.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_token_authentication_works(plain_user: Any) -> None:
+    token = Token.objects.create(user=plain_user)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+
+    tools = client.get(f"{API}/tools/")
+    ping = dispatch_call(client, "ping")
+
+    assert tools.status_code == 200
+    assert operations(tools.json()["tools"]) == PUBLIC_TOOLS
+    assert ping.status_code == 200
+    assert ping.json()["text"] == "pong for plain"
+
+
+@pytest.mark.django_db
+def test_a_wrong_token_is_401(plain_user: Any) -> None:
+    Token.objects.create(user=plain_user)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION="Token not-a-real-token")
+
+    response = client.get(f"{API}/tools/")
+
+    assert response.status_code == 401
+    assert response.json()["code"] == "authentication_failed"
+    assert response["WWW-Authenticate"]
+
+
+@pytest.mark.django_db
+def test_token_requests_need_no_csrf_token(plain_user: Any) -> None:
+    token = Token.objects.create(user=plain_user)
+    client = Client(enforce_csrf_checks=True)
+
+    response = client.post(
+        f"{API}/dispatch/",
+        {"operation": "ping"},
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Token {token.key}",
+    )
+
+    assert response.status_code == 200
+    assert response.json()["decision"] == "executed"
+
+
+@pytest.fixture
+def browser(plain_user: Any) -> Client:
+    """A signed-in browser session that enforces CSRF like a real one."""
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(plain_user)
+    return client
+
+
+@pytest.mark.django_db
+def test_a_session_post_without_csrf_token_is_403(browser: Client) -> None:
+    response = browser.post(
+        f"{API}/dispatch/", {"operation": "ping"}, content_type="application/json"
+    )
+
+    assert response.status_code == 403
+    body = response.json()
+    assert body["code"] == "permission_denied"
+    assert "CSRF" in body["detail"]
+    assert AuditEntry.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_a_session_post_with_the_csrf_token_is_accepted(browser: Client) -> None:
+    page = RequestFactory().get("/")
+    token = get_token(page)
+    browser.cookies[settings.CSRF_COOKIE_NAME] = page.META["CSRF_COOKIE"]
+
+    response = browser.post(
+        f"{API}/dispatch/",
+        {"operation": "ping"},
+        content_type="application/json",
+        HTTP_X_CSRFTOKEN=token,
+    )
+
+    assert response.status_code == 200
+    assert response.json()["text"] == "pong for plain"
+
+
+@pytest.mark.django_db
+def test_a_session_get_needs_no_csrf_token(browser: Client) -> None:
+    response = browser.get(f"{API}/tools/")
+
+    assert response.status_code == 200
+
+
+@pytest.mark.django_db
+def test_malformed_json_is_400_parse_error(plain_user: Any) -> None:
+    response = client_for(plain_user).post(
+        f"{API}/dispatch/", '{"operation": ', content_type="application/json"
+    )
+
+    assert response.status_code == 400
+    assert response.json()["code"] == "parse_error"
+    assert AuditEntry.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_a_body_that_is_not_json_is_415(plain_user: Any) -> None:
+    response = client_for(plain_user).post(
+        f"{API}/dispatch/", "operation=ping", content_type="application/x-www-form-urlencoded"
+    )
+
+    assert response.status_code == 415
+    assert response.json()["code"] == "unsupported_media_type"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("signed_in", [True, False])
+def test_an_unknown_api_url_is_a_json_404(plain_user: Any, signed_in: bool) -> None:
+    client = client_for(plain_user) if signed_in else APIClient()
+
+    response = client.get(f"{API}/no-such-endpoint/")
+
+    assert response.status_code == 404
+    assert response["Content-Type"].startswith("application/json")
+    assert response.json()["code"] == "not_found"
+
+
+@pytest.mark.django_db
+def test_a_method_the_endpoint_lacks_is_405(plain_user: Any) -> None:
+    response = client_for(plain_user).get(f"{API}/dispatch/")
+
+    assert response.status_code == 405
+    assert response.json()["code"] == "method_not_allowed"
+
+
+@pytest.fixture
+def empty_cache() -> Iterator[None]:
+    cache.clear()
+    yield
+    cache.clear()
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("empty_cache")
+def test_requests_over_the_rate_are_429_with_retry_after(plain_user: Any, reader: Any) -> None:
+    client = client_for(plain_user)
+    with override_settings(ASSISTANT={**settings.ASSISTANT, "THROTTLE_RATE": "3/min"}):
+        allowed = [client.get(f"{API}/tools/").status_code for _ in range(3)]
+        throttled = client.get(f"{API}/tools/")
+        someone_else = client_for(reader).get(f"{API}/tools/")
+
+    assert allowed == [200, 200, 200]
+    assert throttled.status_code == 429
+    assert throttled.json()["code"] == "throttled"
+    assert 0 < int(throttled["Retry-After"]) <= 60
+    assert someone_else.status_code == 200
+
+
+HOST_REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.AllowAny"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.BrowsableAPIRenderer"],
+    "EXCEPTION_HANDLER": "rest_framework.views.exception_handler",
+}
+
+
+@pytest.mark.django_db
+def test_the_hosts_rest_framework_settings_do_not_change_our_responses(plain_user: Any) -> None:
+    from rest_framework.settings import api_settings
+    from rest_framework.views import exception_handler as drf_exception_handler
+
+    token = Token.objects.create(user=plain_user)
+    with override_settings(REST_FRAMEWORK=HOST_REST_FRAMEWORK):
+        assert api_settings.EXCEPTION_HANDLER is drf_exception_handler
+        anonymous = APIClient().get(f"{API}/tools/")
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+        tools = client.get(f"{API}/tools/")
+        unknown = dispatch_call(client, "launch_rockets")
+        bad_style = client.get(f"{API}/tools/", {"style": "yaml"})
+        session = client_for(plain_user).get(f"{API}/tools/")
+
+    assert anonymous.status_code == 401
+    assert anonymous["Content-Type"] == "application/json"
+    assert anonymous.json()["code"] == "not_authenticated"
+    assert tools.status_code == 200
+    assert tools["Content-Type"] == "application/json"
+    assert operations(tools.json()["tools"]) == PUBLIC_TOOLS
+    assert unknown.status_code == 404
+    assert unknown.json()["code"] == "unknown_operation"
+    assert bad_style.status_code == 400
+    assert bad_style.json()["code"] == "invalid"
+    assert session.status_code == 200
+
+
+# --- the OpenAPI schema --------------------------------------------------------------------
+
+API_PATHS = [
+    "/assistant/api/tools/",
+    "/assistant/api/messages/",
+    "/assistant/api/dispatch/",
+    "/assistant/api/actions/",
+    "/assistant/api/actions/{action_id}/confirm/",
+    "/assistant/api/actions/{action_id}/cancel/",
+    "/assistant/api/conversations/",
+    "/assistant/api/conversations/{conversation_id}/",
+    "/assistant/api/admin/conversations/",
+    "/assistant/api/admin/conversations/{conversation_id}/",
+    "/assistant/api/admin/conversations/{conversation_id}/history/",
+    "/assistant/api/admin/audit/",
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("query", "headers"),
+    [
+        ({"format": "json"}, {}),
+        ({}, {"HTTP_ACCEPT": "application/vnd.oai.openapi+json"}),
+    ],
+)
+def test_the_openapi_schema_lists_our_endpoints(
+    query: dict[str, str], headers: dict[str, str]
+) -> None:
+    response = APIClient().get(f"{API}/schema/", query, **headers)
+
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("application/vnd.oai.openapi+json")
+    document = response.json()
+    assert document["openapi"].startswith("3.")
+    assert set(API_PATHS) <= set(document["paths"])
+    assert set(document["paths"]["/assistant/api/dispatch/"]) == {"post"}
+    assert set(document["paths"]["/assistant/api/conversations/{conversation_id}/"]) == {
+        "get",
+        "delete",
+    }
