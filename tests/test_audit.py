@@ -211,3 +211,12 @@ def test_a_pending_action_keeps_the_secret_only_where_it_must(keeper, stash):
         "secret": "[redacted]",
     }
     assert stored_rows_mentioning(SECRET) == {}
+
+
+def test_the_confirmation_summary_uses_the_configured_placeholder(keeper, stash, settings):
+    settings.ASSISTANT = {**settings.ASSISTANT, "REDACTED": "***"}
+
+    outcome = dispatch("stash_secret", {"label": "x", "secret": SECRET}, user=keeper, site=stash)
+
+    assert AuditEntry.objects.get(pk=outcome.audit_id).entities["secret"] == "***"
+    assert "secret='***'" in outcome.pending_action.summary

@@ -1,0 +1,322 @@
+"""System checks: every ``assistant.*`` id, over the ASSISTANT settings and the tool registry."""
+
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.core.checks import ERROR, WARNING, run_checks
+from django.core.management import call_command
+from django.test import override_settings
+
+from assistant import ToolCall, ToolResult, assistant_tool
+from assistant.checks import check_settings, tool_errors
+from assistant.registry import ToolRegistry, registry
+
+
+def ids(messages: Any) -> list[str]:
+    return sorted(message.id for message in messages)
+
+
+def assistant_messages(messages: Any) -> list[Any]:
+    return [message for message in messages if (message.id or "").startswith("assistant.")]
+
+
+# --- the project as configured ---------------------------------------------------------------
+
+
+@pytest.mark.django_db  # Django's own model checks ask the database about JSONField support
+def test_the_test_project_passes_every_assistant_check():
+    assert assistant_messages(run_checks()) == []
+    assert check_settings() == []
+    assert list(tool_errors(registry)) == []
+
+
+@pytest.mark.django_db
+def test_manage_py_check_passes():
+    out = StringIO()
+
+    call_command("check", "--fail-level", "WARNING", stdout=out)
+
+    assert "no issues" in out.getvalue()
+
+
+def test_the_checks_are_registered_with_django():
+    with override_settings(ASSISTANT={"PLANNER": "oracle", "COLOUR": "blue"}):
+        messages = assistant_messages(run_checks(tags=["assistant"]))
+
+    assert ids(messages) == ["assistant.E002", "assistant.W001"]
+
+
+def test_an_empty_assistant_setting_is_fine():
+    with override_settings(ASSISTANT={}):
+        assert check_settings() == []
+
+
+# --- settings ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [["PLANNER", "keywords"], "keywords", None, 42])
+def test_e001_the_setting_is_not_a_dict(value):
+    with override_settings(ASSISTANT=value):
+        messages = check_settings()
+
+    assert ids(messages) == ["assistant.E001"]
+    assert messages[0].level == ERROR
+    assert messages[0].hint
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("CONFIRMATION_TTL", 0),
+        ("CONFIRMATION_TTL", -60),
+        ("CONFIRMATION_TTL", "600"),
+        ("CONFIRMATION_TTL", True),
+        ("CONFIRMATION_TTL", None),
+        ("PLANNER", "gpt"),
+        ("PLANNER", None),
+        ("MAX_MESSAGE_LENGTH", 0),
+        ("MAX_MESSAGE_LENGTH", 4000.5),
+        ("MAX_MESSAGE_LENGTH", "4000"),
+        ("MAX_MESSAGE_LENGTH", True),
+        ("THROTTLE_RATE", "fast"),
+        ("THROTTLE_RATE", "120"),
+        ("THROTTLE_RATE", "many/min"),
+        ("THROTTLE_RATE", "120/fortnight"),
+        ("THROTTLE_RATE", 120),
+        ("REDACTED", None),
+        ("REDACTED", 0),
+        ("RESOURCES", ["orders"]),
+        ("RESOURCES", "testapp.Order"),
+    ],
+)
+def test_e002_a_setting_has_a_bad_value(key, value):
+    with override_settings(ASSISTANT={key: value}):
+        messages = check_settings()
+
+    assert ids(messages) == ["assistant.E002"]
+    assert f"ASSISTANT[{key!r}]" in messages[0].msg
+    assert messages[0].level == ERROR
+    assert messages[0].hint
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("CONFIRMATION_TTL", 600),
+        ("CONFIRMATION_TTL", 0.5),
+        ("PLANNER", "keywords"),
+        ("PLANNER", "llm"),
+        ("MAX_MESSAGE_LENGTH", 1),
+        ("THROTTLE_RATE", None),
+        ("THROTTLE_RATE", "5/s"),
+        ("THROTTLE_RATE", "100/hour"),
+        ("THROTTLE_RATE", "1000/day"),
+        ("REDACTED", ""),
+        ("RESOURCES", {}),
+        ("RESOURCES", {"orders": "testapp.Order", "users": "auth.User"}),
+        ("AUTODISCOVER", False),
+    ],
+)
+def test_good_values_pass(key, value):
+    with override_settings(ASSISTANT={key: value}):
+        assert check_settings() == []
+
+
+@pytest.mark.parametrize(
+    "label", ["testapp.Invoice", "billing.Order", "Order", "testapp.Order.extra", 42]
+)
+def test_e003_resources_names_an_unknown_model(label):
+    with override_settings(ASSISTANT={"RESOURCES": {"orders": "testapp.Order", "bills": label}}):
+        messages = check_settings()
+
+    assert ids(messages) == ["assistant.E003"]
+    assert "'bills'" in messages[0].msg
+    assert messages[0].hint
+
+
+def test_w001_an_unknown_key_is_a_warning():
+    with override_settings(ASSISTANT={"PLANER": "keywords"}):
+        messages = check_settings()
+
+    assert ids(messages) == ["assistant.W001"]
+    assert messages[0].level == WARNING
+    assert "'PLANER'" in messages[0].msg
+    assert "PLANNER" in messages[0].hint
+
+
+def test_every_problem_is_reported_together():
+    with override_settings(
+        ASSISTANT={
+            "PLANNER": "oracle",
+            "CONFIRMATION_TTL": 0,
+            "RESOURCES": {"bills": "billing.Invoice"},
+            "EXTRA": 1,
+        }
+    ):
+        messages = check_settings()
+
+    assert ids(messages) == [
+        "assistant.E002",
+        "assistant.E002",
+        "assistant.E003",
+        "assistant.W001",
+    ]
+
+
+def test_malformed_resources_are_reported_once_not_crashed_on():
+    with override_settings(ASSISTANT={"RESOURCES": ["orders"]}):
+        assert ids(check_settings()) == ["assistant.E002"]
+        assert list(tool_errors(registry)) == []
+
+
+# --- tools ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def site() -> ToolRegistry:
+    return ToolRegistry("checks")
+
+
+def declare(site: ToolRegistry, operation: str = "checked_tool", **options: Any) -> Any:
+    """Register an ``order_id`` tool on ``site`` with the given permission options."""
+
+    def handler(call: ToolCall, order_id: int = 0) -> ToolResult:
+        return ToolResult(text="ok")
+
+    options.setdefault("risk_level", "safe")
+    return assistant_tool(
+        operation=operation, domain="tests", description="A checked tool", site=site, **options
+    )(handler)
+
+
+@pytest.mark.parametrize(
+    "check",
+    [
+        "testapp.view_order",
+        "testapp.approve_order",
+        "auth.change_user",
+        "assistant.view_auditentry",
+        ("orders", "READ"),
+        ("orders", "DELETE"),
+        ("orders", "APPROVE"),
+        ("reports", "READ"),
+        ("anything", "AT_ALL"),
+    ],
+)
+def test_a_resolvable_permission_passes(site, check):
+    declare(site, permission_checks=[check])
+
+    assert list(tool_errors(site)) == []
+
+
+def test_a_public_tool_and_a_valid_object_check_pass(site):
+    declare(site, "public_tool", public=True)
+    declare(
+        site,
+        "object_tool",
+        permission_checks=["testapp.approve_order"],
+        object_check=("order_id", "testapp.Order"),
+    )
+
+    assert list(tool_errors(site)) == []
+
+
+@pytest.mark.parametrize("check", ["billing.view_invoice", "Testapp.view_order"])
+def test_e004_a_permission_names_an_app_that_is_not_installed(site, check):
+    handler = declare(site, permission_checks=[check])
+
+    messages = list(tool_errors(site))
+
+    assert ids(messages) == ["assistant.E004"]
+    assert "'checked_tool'" in messages[0].msg
+    assert repr(check.split(".")[0]) in messages[0].msg
+    assert messages[0].obj is handler
+    assert messages[0].hint
+
+
+def test_e004_a_mapped_resource_in_an_app_that_is_not_installed(site):
+    declare(site, permission_checks=[("invoices", "READ")])
+
+    with override_settings(ASSISTANT={"RESOURCES": {"invoices": "billing.Invoice"}}):
+        messages = list(tool_errors(site))
+
+    assert ids(messages) == ["assistant.E004"]
+    assert "'billing.view_invoice'" in messages[0].msg
+
+
+@pytest.mark.parametrize(
+    ("check", "permission"),
+    [
+        ("testapp.fly_order", "testapp.fly_order"),
+        ("testapp.view_invoice", "testapp.view_invoice"),
+        ("assistant.launch_rockets", "assistant.launch_rockets"),
+        (("orders", "DEPLOY"), "testapp.deploy_order"),
+    ],
+)
+def test_e005_a_codename_no_model_of_the_app_defines(site, check, permission):
+    handler = declare(site, permission_checks=[check])
+
+    messages = list(tool_errors(site))
+
+    assert ids(messages) == ["assistant.E005"]
+    assert f"{permission!r}" in messages[0].msg
+    assert "'checked_tool'" in messages[0].msg
+    assert messages[0].obj is handler
+    assert messages[0].hint
+
+
+def test_e005_names_the_pair_a_mapped_permission_came_from(site):
+    declare(site, permission_checks=[("orders", "DEPLOY")])
+
+    (message,) = tool_errors(site)
+
+    assert "('orders', 'DEPLOY')" in message.msg
+
+
+def test_e005_is_raised_for_each_bad_check_of_a_tool(site):
+    declare(site, permission_checks=["testapp.fly_order", "testapp.view_order", "billing.pay"])
+
+    assert ids(tool_errors(site)) == ["assistant.E004", "assistant.E005"]
+
+
+def test_a_string_naming_a_permission_the_app_creates_for_a_pair_passes(site):
+    # show_report-style tools make the app create assistant.reports_read after migrate;
+    # another tool may then name that permission directly.
+    declare(site, "by_pair", permission_checks=[("reports", "READ")])
+    declare(site, "by_name", permission_checks=["assistant.reports_read"])
+
+    assert list(tool_errors(site)) == []
+
+
+@pytest.mark.parametrize("model", ["testapp.Invoice", "billing.Order"])
+def test_e006_an_object_check_names_an_unknown_model(site, model):
+    handler = declare(
+        site, permission_checks=["testapp.approve_order"], object_check=("order_id", model)
+    )
+
+    messages = list(tool_errors(site))
+
+    assert ids(messages) == ["assistant.E006"]
+    assert f"{model!r}" in messages[0].msg
+    assert messages[0].obj is handler
+    assert messages[0].hint
+
+
+def test_check_ids_are_not_reused_for_different_problems(site):
+    declare(site, "bad_app", permission_checks=["billing.pay"])
+    declare(site, "bad_codename", permission_checks=["testapp.fly_order"])
+    declare(
+        site,
+        "bad_model",
+        permission_checks=["testapp.approve_order"],
+        object_check=("order_id", "testapp.Invoice"),
+    )
+
+    by_tool = {message.msg.split("'")[1]: message.id for message in tool_errors(site)}
+
+    assert by_tool == {
+        "bad_app": "assistant.E004",
+        "bad_codename": "assistant.E005",
+        "bad_model": "assistant.E006",
+    }
