@@ -130,8 +130,16 @@ def check_tool_permissions(app_configs: Any = None, **kwargs: Any) -> list[Check
 def tool_errors(site: ToolRegistry) -> Iterable[CheckMessage]:
     resources = getattr(settings, "ASSISTANT", {})
     resources = resources.get("RESOURCES", {}) if isinstance(resources, dict) else {}
+    resources = resources if isinstance(resources, dict) else {}
+    # Permissions the app itself creates after migrate, for pairs no model stands for.
+    created = {
+        permission_for(check)
+        for tool in site
+        for check in tool.permission_checks
+        if isinstance(check, tuple) and check[0] not in resources
+    }
     for tool in site:
-        yield from _permission_errors(tool, resources if isinstance(resources, dict) else {})
+        yield from _permission_errors(tool, resources, created)
         if tool.object_check is not None and _model(tool.object_check[1]) is None:
             yield Error(
                 f"Tool {tool.operation!r}: object_check names {tool.object_check[1]!r}, which is "
@@ -142,11 +150,13 @@ def tool_errors(site: ToolRegistry) -> Iterable[CheckMessage]:
             )
 
 
-def _permission_errors(tool: AssistantTool, resources: dict[str, Any]) -> Iterable[CheckMessage]:
+def _permission_errors(
+    tool: AssistantTool, resources: dict[str, Any], created: set[str]
+) -> Iterable[CheckMessage]:
     for check in tool.permission_checks:
-        if isinstance(check, tuple) and check[0] not in resources:
-            continue  # the app creates assistant.<resource>_<action> itself
         perm = permission_for(check)
+        if perm in created:
+            continue
         app_label, codename = perm.split(".", 1)
         if app_label not in apps.app_configs:
             yield Error(

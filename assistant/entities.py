@@ -145,7 +145,12 @@ def _choices(values: tuple[Any, ...], convert: Callable[[Any], Any]) -> tuple[Ch
     by_text = {str(value).lower(): convert(value) for value in values}
     expected = "one of " + ", ".join(repr(v) for v in values)
 
+    bools_allowed = any(type(value) is bool for value in values)
+
     def check(value: Any) -> Any:
+        # True == 1 in Python: a JSON boolean must not pass for an integer choice.
+        if type(value) is bool and not bools_allowed:
+            _fail(expected)
         try:
             return by_value[value]
         except (KeyError, TypeError):
@@ -175,6 +180,8 @@ def describe_type(hint: Any) -> tuple[str, dict[str, Any], Checker, Checker]:
         return kind, dict(schema), check, parse
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
+    if origin is typing.Annotated:
+        return describe_type(args[0])
     if origin is typing.Literal:
         check, parse = _choices(args, lambda value: value)
         return "enum", {"type": _json_type(args[0]), "enum": list(args)}, check, parse
@@ -209,6 +216,8 @@ def _describe_list(item: Any) -> tuple[str, dict[str, Any], Checker, Checker]:
 
 def _describe_optional(inner: Any) -> tuple[str, dict[str, Any], Checker, Checker]:
     kind, schema, inner_check, inner_parse = describe_type(inner)
+    if "enum" in schema:
+        schema = {**schema, "enum": [*schema["enum"], None]}
     if isinstance(schema.get("type"), str):
         schema = {**schema, "type": [schema["type"], "null"]}
     else:
@@ -255,10 +264,7 @@ def _entity(parameter: inspect.Parameter, hints: dict[str, Any], operation: str)
     if name not in hints:
         raise ToolDefinitionError(f"{operation}: entity {name!r} needs a type hint")
     hint = hints[name]
-    description = ""
-    if typing.get_origin(hint) is typing.Annotated:
-        hint, *metadata = typing.get_args(hint)
-        description = next((item for item in metadata if isinstance(item, str)), "")
+    description = _description(hint)
     try:
         kind, schema, check, parse = describe_type(hint)
     except TypeError as exc:
@@ -283,6 +289,15 @@ def _entity(parameter: inspect.Parameter, hints: dict[str, Any], operation: str)
         check=check,
         parse_text=parse,
     )
+
+
+def _description(hint: Any) -> str:
+    """The first string in ``Annotated[...]`` metadata, also inside ``X | None``."""
+    if typing.get_origin(hint) is typing.Annotated:
+        return next((item for item in typing.get_args(hint)[1:] if isinstance(item, str)), "")
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return next((d for d in map(_description, typing.get_args(hint)) if d), "")
+    return ""
 
 
 def parameters_schema(entities: tuple[Entity, ...]) -> dict[str, Any]:

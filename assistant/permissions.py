@@ -49,7 +49,8 @@ def permission_for(check: PermissionCheck) -> str:
     if isinstance(check, str):
         return check
     resource, action = check
-    model_label = assistant_settings.RESOURCES.get(resource)
+    resources = assistant_settings.RESOURCES
+    model_label = resources.get(resource) if isinstance(resources, dict) else None
     if isinstance(model_label, str) and "." in model_label:
         app_label, model_name = model_label.split(".", 1)
         verb = MODEL_ACTIONS.get(action.upper(), action.lower())

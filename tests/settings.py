@@ -57,7 +57,10 @@ ASGI_APPLICATION = "tests.asgi.application"
 _database = dj_database_url.config(default="sqlite://:memory:")
 if _database["ENGINE"].endswith("postgresql"):
     # An explicit test name: server processes forked by browser tests must find the same database.
-    _database["TEST"] = {"NAME": os.environ.get("ASSISTANT_TEST_DB", "test_assistant")}
+    # Per run, so parallel runs don't drop each other's; exported for subprocesses.
+    _database["TEST"] = {
+        "NAME": os.environ.setdefault("ASSISTANT_TEST_DB", f"test_assistant_{os.getpid()}")
+    }
 DATABASES = {"default": _database}
 
 REDIS_URL = os.environ.get("REDIS_URL")

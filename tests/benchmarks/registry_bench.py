@@ -103,7 +103,9 @@ def bench_catalog(site: Any) -> tuple[int, float, int]:
     from django.test.utils import CaptureQueriesContext
 
     user = User.objects.create_user("catalog-bench", password="x")
-    granted = Permission.objects.filter(codename__in=[f"resource{i}_read" for i in range(0, RESOURCES, 2)])
+    granted = Permission.objects.filter(
+        codename__in=[f"resource{i}_read" for i in range(0, RESOURCES, 2)]
+    )
     group = Group.objects.create(name="bench-readers")
     group.permissions.set(granted[: len(granted) // 2])
     user.user_permissions.set(granted[len(granted) // 2 :])
@@ -133,9 +135,9 @@ async def anoop(call: Any) -> Any:
 
 
 def bench_dispatch(audit: bool, calls: int) -> dict[str, float]:
-    import assistant.dispatch as dispatch_module
     from django.contrib.auth.models import Permission, User
 
+    import assistant.dispatch as dispatch_module
     from assistant.registry import ToolCall, ToolRegistry, assistant_tool
 
     site = ToolRegistry("dispatch-bench")
@@ -227,7 +229,9 @@ def run_one(backend: str) -> None:
         connection.creation.destroy_test_db(old_name, verbosity=0)
     where = "file on disk" if connection.vendor == "sqlite" else "local server"
     print(f"[{connection.vendor}, {where}]")
-    print(f"  registration ({TOOLS} tools, 4 entities each): {per_tool_us:8.1f} µs/tool   target < 300")
+    print(
+        f"  registration ({TOOLS} tools, 4 entities each): {per_tool_us:8.1f} µs/tool   target < 300"
+    )
     print(f"  catalog, {TOOLS} tools, non-superuser: {queries} queries cold   target <= 3")
     print(f"  catalog, warm ({visible} visible):       {catalog_ms:8.3f} ms        target < 1")
     print(f"  dispatch overhead, sync, no audit:     {bare['sync']:8.2f} µs        target < 5")
