@@ -76,6 +76,22 @@ def reply_text(outcomes: list[Outcome]) -> str:
     return "\n\n".join(texts) if texts else NOTHING_TO_DO
 
 
+def redact_message(message: Message, intents: list[Any], site: ToolRegistry) -> None:
+    """Blank out sensitive entity values the user typed, now that the planner has found them."""
+    text = message.text
+    for intent in intents:
+        if intent.operation not in site:
+            continue
+        tool = site.get(intent.operation)
+        for name in tool.sensitive_entities:
+            value = intent.entities.get(name)
+            if isinstance(value, str) and value:
+                text = text.replace(value, assistant_settings.REDACTED)
+    if text != message.text:
+        message.text = text
+        message.save(update_fields=["text"])
+
+
 def start_turn(user: Any, text: Any, conversation_id: Any = None) -> tuple[Conversation, Message]:
     """Store the user's message (and a new conversation) before anything else can fail."""
     text = check_message(text)
@@ -105,7 +121,9 @@ def run_turn(
     outcomes: list[Outcome] = []
     status = Message.Status.COMPLETE
     try:
-        for intent in plan(user_message.text, user, site):
+        intents = plan(user_message.text, user, site)
+        redact_message(user_message, intents, site)
+        for intent in intents:
             outcomes.append(
                 dispatch(
                     intent.operation,

@@ -51,6 +51,7 @@ class Outcome:
     pending_action: PendingAction | None = None
     error: AssistantError | None = None
     error_summary: str = ""
+    audit_decision: str | None = None
     audit_id: int | None = None
     duration_ms: float = 0.0
 
@@ -118,7 +119,7 @@ def write_audit(call: _Call, outcome: Outcome) -> int:
         operation=call.operation[:64] if isinstance(call.operation, str) else "",
         domain=tool.domain if tool else "",
         risk_level=tool.risk_level.value if tool else "",
-        decision=outcome.decision,
+        decision=outcome.audit_decision or outcome.decision,
         entities=outcome.entities,
         duration_ms=outcome.duration_ms,
         error=outcome.error_summary,
@@ -261,7 +262,10 @@ class _Call:
         if self.instance is None:
             return self.stop(Decision.INVALID, _no_such_object(self.tool))
         if denials(self.access, self.tool, self.instance):
-            return self.stop(Decision.DENIED, _no_such_object(self.tool))
+            # The caller sees what a missing instance gives; only the audit says denied.
+            outcome = self.stop(Decision.INVALID, _no_such_object(self.tool))
+            outcome.audit_decision = Decision.DENIED
+            return outcome
         return None
 
     def tool_call(self) -> ToolCall:
@@ -287,7 +291,9 @@ class _Call:
             entities=stored,
             ttl_seconds=float(assistant_settings.CONFIRMATION_TTL),
             conversation=self.conversation,
-            summary=_confirmation_summary(self.tool, self.tool.redact(stored)),
+            summary=_confirmation_summary(
+                self.tool, self.tool.redact(stored, assistant_settings.REDACTED)
+            ),
         )
         self.action = action
         return self.finish(Decision.CONFIRMATION_REQUESTED)

@@ -95,8 +95,11 @@ def _parse_json_object(text: str) -> dict[str, Any]:
         _fail("a JSON object")
 
 
-def _iso(parser: Callable[[str], Any], expected: str) -> Checker:
+def _iso(parser: Callable[[str], Any], expected: str, kind: type) -> Checker:
     def check(value: Any) -> Any:
+        # A datetime is a date subclass: accept exactly the target type, or ISO text.
+        if type(value) is kind:
+            return value
         if not isinstance(value, str):
             _fail(expected)
         try:
@@ -128,14 +131,14 @@ _SIMPLE: dict[Any, tuple[str, dict[str, Any], Checker, Checker]] = {
     dt.date: (
         "string",
         {"type": "string", "format": "date"},
-        _iso(dt.date.fromisoformat, "a date (YYYY-MM-DD)"),
-        _iso(dt.date.fromisoformat, "a date (YYYY-MM-DD)"),
+        _iso(dt.date.fromisoformat, "a date (YYYY-MM-DD)", dt.date),
+        _iso(dt.date.fromisoformat, "a date (YYYY-MM-DD)", dt.date),
     ),
     dt.datetime: (
         "string",
         {"type": "string", "format": "date-time"},
-        _iso(dt.datetime.fromisoformat, "an ISO 8601 date-time"),
-        _iso(dt.datetime.fromisoformat, "an ISO 8601 date-time"),
+        _iso(dt.datetime.fromisoformat, "an ISO 8601 date-time", dt.datetime),
+        _iso(dt.datetime.fromisoformat, "an ISO 8601 date-time", dt.datetime),
     ),
 }
 

@@ -35,9 +35,9 @@ def approvals(order):
 
 def decisions_for(action):
     return list(
-        AuditEntry.objects.filter(pending_action=action).order_by("id").values_list(
-            "decision", flat=True
-        )
+        AuditEntry.objects.filter(pending_action=action)
+        .order_by("id")
+        .values_list("decision", flat=True)
     )
 
 

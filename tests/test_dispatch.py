@@ -148,9 +148,7 @@ def test_an_unknown_operation_is_audited_with_its_name(plain_user):
 
 @pytest.mark.django_db
 def test_invalid_entities_name_each_problem_and_change_nothing(clerk, order):
-    outcome = dispatch(
-        "cancel_order", {"order_id": "seven", "reason": "too slow"}, user=clerk
-    )
+    outcome = dispatch("cancel_order", {"order_id": "seven", "reason": "too slow"}, user=clerk)
 
     assert outcome.decision == "invalid"
     assert outcome.code == "invalid_entities"

@@ -51,7 +51,7 @@ def test_superuser_gets_every_registered_tool(superuser):
     everything = {tool.operation for tool in registry}
 
     assert operations(superuser) == everything
-    assert PUBLIC < everything
+    assert everything > PUBLIC
 
 
 def test_plain_user_gets_only_public_tools(plain_user):
@@ -169,9 +169,11 @@ def test_object_permission_shows_the_tool_and_allows_it_for_that_order_only(make
     assert allowed.decision == "confirmation_requested"
     assert elsewhere.code == nowhere.code == "invalid_entities"
     assert elsewhere.text == nowhere.text
-    assert elsewhere.error.errors == nowhere.error.errors == {
-        "order_id": "no testapp.Order with this id that you may use"
-    }
+    assert (
+        elsewhere.error.errors
+        == nowhere.error.errors
+        == {"order_id": "no testapp.Order with this id that you may use"}
+    )
     assert elsewhere.status == nowhere.status == 400
     assert AuditEntry.objects.get(pk=elsewhere.audit_id).decision == "denied"
     assert AuditEntry.objects.get(pk=nowhere.audit_id).decision == "invalid"

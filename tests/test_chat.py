@@ -1,0 +1,181 @@
+"""One turn: the user's message is stored first, the reply after, whatever happens between."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from assistant import ToolCall, ToolResult, assistant_tool
+from assistant.chat import TURN_FAILED, run_turn
+from assistant.exceptions import ConversationNotFound, InvalidMessage
+from assistant.models import AuditEntry, Conversation, Message
+from assistant.registry import ToolRegistry
+from tests.testapp.models import Order
+
+pytestmark = pytest.mark.django_db
+
+
+def stored(conversation):
+    return [
+        (message.role, message.text, message.status)
+        for message in conversation.messages.order_by("created_at", "id")
+    ]
+
+
+def test_a_turn_stores_the_question_then_the_answer(reader):
+    Order.objects.create(reference="ORD-1")
+
+    turn = run_turn(reader, "  list orders  ")
+
+    assert stored(turn.conversation) == [
+        ("user", "list orders", "complete"),
+        ("assistant", "ORD-1", "complete"),
+    ]
+    assert turn.user_message.created_at <= turn.assistant_message.created_at
+    (call,) = turn.assistant_message.tool_calls
+    assert (call["operation"], call["decision"], call["text"]) == (
+        "list_orders",
+        "executed",
+        "ORD-1",
+    )
+    assert call["audit_id"] == AuditEntry.objects.get().pk
+    assert AuditEntry.objects.get().conversation == turn.conversation
+
+
+def test_the_users_message_is_stored_before_any_tool_runs(plain_user):
+    site = ToolRegistry("chat")
+    seen: list[list[tuple[str, str]]] = []
+
+    @assistant_tool(
+        operation="look_back",
+        domain="diagnostics",
+        description="Report what the conversation holds",
+        risk_level="safe",
+        public=True,
+        keywords=["look back"],
+        site=site,
+    )
+    def look_back(call: ToolCall) -> ToolResult:
+        seen.append(list(call.conversation.messages.values_list("role", "text")))
+        return ToolResult(text="looked")
+
+    run_turn(plain_user, "look back please", site=site)
+
+    assert seen == [[("user", "look back please")]]
+
+
+def test_a_new_conversation_is_titled_from_the_message(plain_user):
+    text = "ping " + "and more words " * 10
+
+    turn = run_turn(plain_user, text)
+
+    assert turn.conversation.user == plain_user
+    assert turn.conversation.title == text.strip()[:80]
+    assert Conversation.objects.filter(user=plain_user).count() == 1
+
+
+def test_a_turn_continues_the_users_own_conversation(plain_user):
+    first = run_turn(plain_user, "ping")
+
+    second = run_turn(plain_user, "async ping", conversation_id=first.conversation.pk)
+
+    assert second.conversation == first.conversation
+    assert stored(first.conversation) == [
+        ("user", "ping", "complete"),
+        ("assistant", "pong for plain", "complete"),
+        ("user", "async ping", "complete"),
+        ("assistant", "pong", "complete"),
+    ]
+    assert Conversation.objects.count() == 1
+
+
+def test_someone_elses_conversation_is_not_found(plain_user, reader):
+    theirs = run_turn(reader, "ping").conversation
+
+    with pytest.raises(ConversationNotFound) as refused:
+        run_turn(plain_user, "ping", conversation_id=theirs.pk)
+
+    assert refused.value.code == "not_found"
+    assert refused.value.status == 404
+    assert theirs.messages.count() == 2
+    assert not Conversation.objects.filter(user=plain_user).exists()
+
+
+@pytest.mark.parametrize("conversation_id", [uuid.uuid4(), "not-a-uuid"])
+def test_a_conversation_that_does_not_exist_is_not_found(plain_user, conversation_id):
+    with pytest.raises(ConversationNotFound):
+        run_turn(plain_user, "ping", conversation_id=conversation_id)
+
+    assert not Message.objects.exists()
+    assert not AuditEntry.objects.exists()
+
+
+@pytest.mark.parametrize("text", ["", "   \n\t ", None, 42])
+def test_an_empty_message_is_refused_and_nothing_is_stored(plain_user, text):
+    with pytest.raises(InvalidMessage) as refused:
+        run_turn(plain_user, text)
+
+    assert refused.value.code == "invalid_message"
+    assert not Conversation.objects.exists()
+    assert not Message.objects.exists()
+    assert not AuditEntry.objects.exists()
+
+
+def test_a_too_long_message_is_refused_and_nothing_is_stored(plain_user, settings):
+    settings.ASSISTANT = {**settings.ASSISTANT, "MAX_MESSAGE_LENGTH": 20}
+    conversation = run_turn(plain_user, "ping").conversation
+
+    with pytest.raises(InvalidMessage):
+        run_turn(plain_user, "ping " * 5, conversation_id=conversation.pk)
+
+    assert conversation.messages.count() == 2
+    assert Conversation.objects.count() == 1
+
+
+def test_a_message_at_the_length_limit_is_accepted(plain_user, settings):
+    settings.ASSISTANT = {**settings.ASSISTANT, "MAX_MESSAGE_LENGTH": 20}
+
+    turn = run_turn(plain_user, "ping" + "!" * 16)
+
+    assert turn.assistant_message.text == "pong for plain"
+
+
+def test_a_planner_crash_leaves_a_failed_reply_and_keeps_the_question(plain_user, monkeypatch):
+    def crash(*args, **kwargs):
+        raise RuntimeError("planner down: secret stack detail")
+
+    monkeypatch.setattr("assistant.chat.plan", crash)
+
+    turn = run_turn(plain_user, "ping")
+
+    assert stored(turn.conversation) == [
+        ("user", "ping", "complete"),
+        ("assistant", TURN_FAILED, "failed"),
+    ]
+    assert "secret stack detail" not in turn.assistant_message.text
+    assert turn.assistant_message.tool_calls == []
+
+
+def test_a_failing_tool_is_answered_not_crashed(plain_user):
+    turn = run_turn(plain_user, "explode")
+
+    assert turn.assistant_message.status == "complete"
+    (call,) = turn.assistant_message.tool_calls
+    assert (call["decision"], call["code"]) == ("failed", "tool_failed")
+    assert "boom" not in turn.assistant_message.text
+
+
+def test_a_risky_request_in_chat_waits_for_confirmation(clerk):
+    order = Order.objects.create(reference="ORD-7")
+
+    turn = run_turn(clerk, f"approve order {order.pk}")
+
+    (action,) = turn.pending_actions
+    assert action.user == clerk
+    assert action.entities == {"order_id": order.pk}
+    assert action.conversation == turn.conversation
+    (call,) = turn.assistant_message.tool_calls
+    assert call["decision"] == "confirmation_requested"
+    assert call["pending_action"] == str(action.pk)
+    assert Order.objects.get(pk=order.pk).approvals == 0
