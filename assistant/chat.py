@@ -1,19 +1,26 @@
-"""One conversation turn, shared by every transport: store, plan, dispatch, reply, store."""
+"""One conversation turn, shared by every transport: store, plan, dispatch, stream, store."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from asgiref.sync import async_to_sync, sync_to_async
+from channels.layers import get_channel_layer
 from django.db import transaction
 
+from . import events
 from .conf import assistant_settings
-from .dispatch import Outcome, dispatch
-from .exceptions import ConversationNotFound, InvalidMessage
-from .models import Conversation, Message
-from .planner.keywords import plan
+from .dispatch import Outcome, acancel_action, aconfirm_action, adispatch
+from .eventlog import event_log
+from .exceptions import AssistantError, ConversationNotFound, InvalidMessage
+from .lifecycle import CancellationToken
+from .models import Conversation, Message, PendingAction
 from .registry import ToolRegistry, registry
 
 logger = logging.getLogger("assistant.chat")
@@ -21,14 +28,22 @@ NOTHING_TO_DO = "I could not find anything to do with that. Ask “what can you 
 TURN_FAILED = (
     "Sorry, something went wrong while answering; your message is saved. Please try again."
 )
+CANCELLED_NOTE = "(stopped)"
+
+
+def group_name(thread_id: Any) -> str:
+    """The channel-layer group every socket watching a conversation joins."""
+    return f"assistant.conversation.{thread_id}"
 
 
 @dataclass(kw_only=True, slots=True)
 class TurnResult:
     conversation: Conversation
-    user_message: Message
+    user_message: Message | None
     assistant_message: Message
     outcomes: list[Outcome] = field(default_factory=list)
+    frames: list[dict[str, Any]] = field(default_factory=list)
+    run_id: str = ""
 
     @property
     def pending_actions(self) -> list[Any]:
@@ -57,9 +72,10 @@ def conversation_for(user: Any, conversation_id: Any) -> Conversation:
     return conversation
 
 
-def tool_call_record(outcome: Outcome) -> dict[str, Any]:
+def tool_call_record(outcome: Outcome, tool_call_id: str | None = None) -> dict[str, Any]:
     """How a dispatch is remembered in the conversation (entities already redacted)."""
     return {
+        "tool_call_id": tool_call_id,
         "operation": outcome.operation,
         "entities": outcome.entities,
         "decision": outcome.decision,
@@ -107,6 +123,265 @@ def start_turn(user: Any, text: Any, conversation_id: Any = None) -> tuple[Conve
     return conversation, message
 
 
+class Turn:
+    """One run on a conversation: what planners call to speak and to use tools."""
+
+    def __init__(
+        self,
+        *,
+        user: Any,
+        conversation: Conversation,
+        user_message: Message | None,
+        source: str,
+        request_ip: str | None = None,
+        site: ToolRegistry = registry,
+        cancel: CancellationToken | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        self.user = user
+        self.conversation = conversation
+        self.user_message = user_message
+        self.source = source
+        self.request_ip = request_ip
+        self.site = site
+        self.cancel = cancel or CancellationToken()
+        self.thread_id = str(conversation.pk)
+        self.run_id = run_id or uuid.uuid4().hex
+        self.message_id = str(uuid.uuid4())  # the stored assistant message will have this id
+        self.outcomes: list[Outcome] = []
+        self.records: list[dict[str, Any]] = []
+        self.interrupts: list[Any] = []
+        self.frames: list[dict[str, Any]] = []
+        self._parts: list[str] = []
+        self._text_open = False
+
+    @property
+    def text(self) -> str:
+        return "".join(self._parts)
+
+    async def emit(self, event: Any) -> dict[str, Any]:
+        """Number the event, keep it for replay, and send it to every socket on the conversation."""
+        frame = events.frame(event, thread_id=self.thread_id, run_id=self.run_id)
+        await event_log().append(self.thread_id, frame)
+        self.frames.append(frame)
+        layer = get_channel_layer()
+        if layer is not None:
+            await layer.group_send(
+                group_name(self.thread_id), {"type": "assistant.event", "frame": frame}
+            )
+        return frame
+
+    async def say(self, delta: str) -> None:
+        """Stream reply text."""
+        if not delta:
+            return
+        if not self._text_open:
+            self._text_open = True
+            await self.emit(events.text_start(self.message_id))
+        self._parts.append(delta)
+        await self.emit(events.text_content(self.message_id, delta))
+
+    async def announce_call(self, tool_call_id: str, operation: str, arguments: str) -> None:
+        await self.emit(events.tool_call_start(tool_call_id, operation, self.message_id))
+        if arguments:
+            await self.emit(events.tool_call_args(tool_call_id, arguments))
+        await self.emit(events.tool_call_end(tool_call_id))
+
+    async def call(
+        self,
+        operation: str,
+        entities: dict[str, Any] | None,
+        *,
+        tool_call_id: str | None = None,
+        announced: bool = False,
+    ) -> Outcome:
+        """Dispatch one intent (the only door) and stream the call and its result."""
+        tool_call_id = tool_call_id or f"call_{uuid.uuid4().hex[:16]}"
+        if not announced:
+            shown = self._shown_entities(operation, entities)
+            await self.announce_call(tool_call_id, operation, json.dumps(shown))
+        outcome = await adispatch(
+            operation,
+            entities,
+            user=self.user,
+            conversation=self.conversation,
+            source=self.source,
+            request_ip=self.request_ip,
+            site=self.site,
+            cancel=self.cancel.child(),
+        )
+        await self.record(outcome, tool_call_id)
+        return outcome
+
+    def _shown_entities(self, operation: str, entities: Any) -> Any:
+        if operation in self.site and isinstance(entities, dict):
+            return self.site.get(operation).redact(entities, assistant_settings.REDACTED)
+        return entities or {}
+
+    async def record(self, outcome: Outcome, tool_call_id: str) -> None:
+        """Remember an outcome and stream its result (and any approval it waits for)."""
+        self.outcomes.append(outcome)
+        record = tool_call_record(outcome, tool_call_id)
+        self.records.append(record)
+        await self.emit(
+            events.tool_call_result(f"{tool_call_id}-result", tool_call_id, outcome.text)
+        )
+        await self.emit(events.custom("assistant.outcome", record))
+        if outcome.pending_action is not None:
+            self.interrupts.append(
+                events.confirmation_interrupt(
+                    outcome.pending_action, tool_call_id, outcome.entities
+                )
+            )
+
+    async def finish(self, status: str, error: AssistantError | None = None) -> Message:
+        """Store the assistant message and close the run: finished, interrupted, cancelled or failed."""
+        if status == Message.Status.CANCELLED and not self._parts:
+            await self.say(CANCELLED_NOTE)
+        if status == Message.Status.FAILED and not self._parts:
+            self._parts.append(error.message if error else TURN_FAILED)
+        if self._text_open:
+            await self.emit(events.text_end(self.message_id))
+        message = await sync_to_async(self._store)(status)
+        if status == Message.Status.FAILED:
+            code = error.code if error else "turn_failed"
+            await self.emit(events.run_error(error.message if error else TURN_FAILED, code))
+        else:
+            await self.emit(
+                events.run_finished(
+                    self.thread_id,
+                    self.run_id,
+                    result={"message": self.message_id, "status": status},
+                    interrupts=self.interrupts,
+                    cancelled=status == Message.Status.CANCELLED,
+                )
+            )
+        return message
+
+    def _store(self, status: str) -> Message:
+        actions = [a for o in self.outcomes if o.result for a in o.result.actions]
+        message = Message.objects.create(
+            id=uuid.UUID(self.message_id),
+            conversation=self.conversation,
+            role=Message.Role.ASSISTANT,
+            text=self.text,
+            status=status,
+            tool_calls=self.records,
+            actions=actions,
+        )
+        self.conversation.touch()
+        return message
+
+
+Work = Callable[[Turn], Awaitable[None]]
+
+
+async def _listen_for_cancel(turn: Turn, channel: str) -> None:
+    layer = get_channel_layer()
+    assert layer is not None
+    while True:
+        message = await layer.receive(channel)
+        if message.get("type") == "assistant.cancel" and message.get("run") in (None, turn.run_id):
+            turn.cancel.cancel()
+
+
+async def execute(turn: Turn, work: Work) -> Message:
+    """Run ``work`` as one AG-UI run; whatever happens, the run ends stored and announced."""
+    loop = asyncio.get_running_loop()
+    layer = get_channel_layer()
+    channel = None
+    listener = None
+    if layer is not None:
+        channel = await layer.new_channel()
+        await layer.group_add(group_name(turn.thread_id), channel)
+        listener = asyncio.ensure_future(_listen_for_cancel(turn, channel))
+    await turn.emit(events.run_started(turn.thread_id, turn.run_id))
+    if turn.user_message is not None:
+        await _echo_user_message(turn, turn.user_message)
+    task = asyncio.ensure_future(work(turn))
+
+    def stop_work() -> None:
+        loop.call_soon_threadsafe(task.cancel)
+
+    stop = turn.cancel.add_callback(stop_work)
+    status, error, shutdown = Message.Status.COMPLETE, None, False
+    try:
+        await task
+    except asyncio.CancelledError:
+        status = Message.Status.CANCELLED
+        shutdown = not turn.cancel.is_cancelled
+    except AssistantError as exc:
+        status, error = Message.Status.FAILED, exc
+    except Exception:
+        logger.exception("Turn failed in conversation %s", turn.thread_id)
+        status = Message.Status.FAILED
+    finally:
+        stop()
+        if listener is not None:
+            listener.cancel()
+    try:
+        message = await asyncio.shield(turn.finish(status, error))
+    finally:
+        if layer is not None and channel is not None:
+            await layer.group_discard(group_name(turn.thread_id), channel)
+    if shutdown:
+        raise asyncio.CancelledError
+    return message
+
+
+async def _echo_user_message(turn: Turn, message: Message) -> None:
+    """The user's message as events too, so every tab on the conversation shows it."""
+    await turn.emit(events.user_text_start(str(message.pk)))
+    await turn.emit(events.text_content(str(message.pk), message.text))
+    await turn.emit(events.text_end(str(message.pk)))
+
+
+def planner_for(turn: Turn) -> Work:
+    from .planner import get_planner
+
+    return get_planner().run
+
+
+async def arun_turn(
+    user: Any,
+    text: Any,
+    *,
+    conversation_id: Any = None,
+    source: str = "websocket",
+    request_ip: str | None = None,
+    site: ToolRegistry = registry,
+    cancel: CancellationToken | None = None,
+    run_id: str | None = None,
+) -> TurnResult:
+    """A whole turn: the user's message is stored first, the reply whatever happens."""
+    conversation, user_message = await sync_to_async(start_turn)(user, text, conversation_id)
+    turn = Turn(
+        user=user,
+        conversation=conversation,
+        user_message=user_message,
+        source=source,
+        request_ip=request_ip,
+        site=site,
+        cancel=cancel,
+        run_id=run_id,
+    )
+    return await run_started_turn(turn)
+
+
+async def run_started_turn(turn: Turn, work: Work | None = None) -> TurnResult:
+    message = await execute(turn, work or planner_for(turn))
+    if turn.user_message is not None:
+        await sync_to_async(turn.user_message.refresh_from_db)(fields=["text"])
+    return TurnResult(
+        conversation=turn.conversation,
+        user_message=turn.user_message,
+        assistant_message=message,
+        outcomes=turn.outcomes,
+        frames=turn.frames,
+        run_id=turn.run_id,
+    )
+
+
 def run_turn(
     user: Any,
     text: Any,
@@ -116,43 +391,41 @@ def run_turn(
     request_ip: str | None = None,
     site: ToolRegistry = registry,
 ) -> TurnResult:
-    """A whole turn through the keyword planner; the reply is stored whatever happens."""
-    conversation, user_message = start_turn(user, text, conversation_id)
-    outcomes: list[Outcome] = []
-    status = Message.Status.COMPLETE
-    try:
-        intents = plan(user_message.text, user, site)
-        redact_message(user_message, intents, site)
-        for intent in intents:
-            outcomes.append(
-                dispatch(
-                    intent.operation,
-                    intent.entities,
-                    user=user,
-                    conversation=conversation,
-                    source=source,
-                    request_ip=request_ip,
-                    site=site,
-                )
-            )
-        reply = reply_text(outcomes)
-    except Exception:
-        logger.exception("Turn failed in conversation %s", conversation.pk)
-        status = Message.Status.FAILED
-        reply = TURN_FAILED
-    actions = [a for o in outcomes if o.result for a in o.result.actions]
-    assistant_message = Message.objects.create(
-        conversation=conversation,
-        role=Message.Role.ASSISTANT,
-        text=reply,
-        status=status,
-        tool_calls=[tool_call_record(outcome) for outcome in outcomes],
-        actions=actions,
+    """The sync twin of ``arun_turn`` (REST, CLI): the same turn, returned whole."""
+    return async_to_sync(arun_turn)(
+        user,
+        text,
+        conversation_id=conversation_id,
+        source=source,
+        request_ip=request_ip,
+        site=site,
     )
-    conversation.touch()
-    return TurnResult(
-        conversation=conversation,
-        user_message=user_message,
-        assistant_message=assistant_message,
-        outcomes=outcomes,
+
+
+def decision_turn(user: Any, action_id: Any, *, confirm: bool, source: str) -> Turn:
+    """A run for answering a pending action, on the action's conversation (or a new one)."""
+    action = (
+        PendingAction.objects.owned_by(user)
+        .select_related("conversation")
+        .filter(pk=action_id)
+        .first()
     )
+    conversation = action.conversation if action is not None else None
+    if conversation is None:
+        title = f"{'Confirm' if confirm else 'Reject'} {action.operation if action else 'action'}"
+        conversation = Conversation.objects.create(user=user, title=title)
+    return Turn(user=user, conversation=conversation, user_message=None, source=source)
+
+
+async def answer_action(turn: Turn, action_id: Any, *, confirm: bool) -> None:
+    """The work of a confirm or reject run: decide through dispatch and stream the outcome."""
+    tool_call_id = f"call_{uuid.uuid4().hex[:16]}"
+    if confirm:
+        outcome = await aconfirm_action(
+            action_id, user=turn.user, source=turn.source, cancel=turn.cancel.child()
+        )
+    else:
+        outcome = await acancel_action(action_id, user=turn.user, source=turn.source)
+    await turn.announce_call(tool_call_id, outcome.operation, json.dumps(outcome.entities))
+    await turn.record(outcome, tool_call_id)
+    await turn.say(outcome.text)

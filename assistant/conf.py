@@ -23,6 +23,27 @@ DEFAULTS: dict[str, Any] = {
     "REDACTED": "[redacted]",
     # import each installed app's ``assistant_tools`` module at start-up
     "AUTODISCOVER": True,
+    # where recent events are kept for replay: None (this process's memory) or a redis:// URL
+    "EVENT_LOG": None,
+    "EVENT_LOG_KEEP": 1000,
+    "EVENT_LOG_TTL": 86400,
+    # the LLM planner (PLANNER = "llm"): any OpenAI-compatible chat-completions endpoint
+    "LLM": {},
+}
+
+LLM_DEFAULTS: dict[str, Any] = {
+    "BASE_URL": None,  # None: the openai package's default (api.openai.com)
+    "MODEL": "gpt-4o-mini",
+    "API_KEY_ENV": "OPENAI_API_KEY",  # name of the environment variable holding the key
+    "TIMEOUT": 30.0,  # seconds for the whole request, and between streamed chunks
+    "MAX_STEPS": 5,  # model calls per turn (each may call tools)
+    "MAX_HISTORY": 20,  # earlier messages of the conversation sent along
+    "FALLBACK_TO_KEYWORDS": False,  # on a dead endpoint, answer with the keyword planner
+    "TEMPERATURE": 0.2,
+    "SYSTEM_PROMPT": (
+        "You are the assistant of a Django application. Use the tools to act; never invent "
+        "results. Risky tools ask the user for confirmation: say so plainly. Be brief."
+    ),
 }
 
 
@@ -49,6 +70,12 @@ class AssistantSettings:
 
     def __getitem__(self, name: str) -> Any:
         return self.__getattr__(name)
+
+    @property
+    def llm(self) -> dict[str, Any]:
+        """``ASSISTANT["LLM"]`` over its defaults."""
+        configured = self.LLM
+        return {**LLM_DEFAULTS, **(configured if isinstance(configured, dict) else {})}
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self._merged())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import json
 import logging
@@ -17,11 +18,13 @@ from django.core.serializers.json import DjangoJSONEncoder
 from .conf import assistant_settings
 from .exceptions import (
     ActionExpired,
+    ActionNotFound,
     AssistantError,
     InvalidEntities,
     PermissionDenied,
     UnknownOperation,
 )
+from .lifecycle import CancellationToken, Cancelled
 from .models import AuditEntry, Conversation, PendingAction
 from .permissions import UserAccess, aaccess_for, access_for, denials, forget_access
 from .registry import AssistantTool, ToolCall, ToolRegistry, ToolResult, registry
@@ -194,6 +197,7 @@ class _Call:
     __slots__ = (
         "access",
         "action",
+        "cancel",
         "conversation",
         "instance",
         "operation",
@@ -216,8 +220,10 @@ class _Call:
         source: str,
         request_ip: str | None,
         site: ToolRegistry,
+        cancel: CancellationToken | None = None,
     ) -> None:
         self.started = perf_counter()
+        self.cancel = cancel
         self.operation = operation
         self.raw = raw
         self.user = user
@@ -280,6 +286,7 @@ class _Call:
             request_ip=self.request_ip,
             pending_action=self.action,
             instance=self.instance,
+            cancel=self.cancel or CancellationToken(),
         )
 
     def open_action(self) -> Outcome:
@@ -394,9 +401,10 @@ def dispatch(
     source: str = "api",
     request_ip: str | None = None,
     site: ToolRegistry = registry,
+    cancel: CancellationToken | None = None,
 ) -> Outcome:
     """Run one operation for ``user`` through every check, writing exactly one audit entry."""
-    call = _Call(operation, entities, user, conversation, source, request_ip, site)
+    call = _Call(operation, entities, user, conversation, source, request_ip, site, cancel)
     return _audited(call, _decide_sync(call))
 
 
@@ -409,9 +417,10 @@ async def adispatch(
     source: str = "api",
     request_ip: str | None = None,
     site: ToolRegistry = registry,
+    cancel: CancellationToken | None = None,
 ) -> Outcome:
     """The async twin of ``dispatch``: async handlers are awaited, ORM work runs in a thread."""
-    call = _Call(operation, entities, user, conversation, source, request_ip, site)
+    call = _Call(operation, entities, user, conversation, source, request_ip, site, cancel)
     outcome = call.check()
     if outcome is None:
         call.access = await aaccess_for(call.user)
@@ -422,12 +431,31 @@ async def adispatch(
         if call.tool.requires_confirmation:  # type: ignore[union-attr]
             outcome = await sync_to_async(call.open_action)()
         else:
-            outcome = await _run_async(call, confirmed=False)
+            outcome = await _run_cancellable(call, confirmed=False)
     return await _aaudited(call, outcome)
 
 
+async def _run_cancellable(call: _Call, confirmed: bool) -> Outcome:
+    """Await the handler; if the run is stopped meanwhile, the audit still says so."""
+    try:
+        return await _run_async(call, confirmed)
+    except asyncio.CancelledError:
+        outcome = call.finish(
+            Decision.CANCELLED,
+            error=Cancelled("Stopped while running."),
+            error_summary="stopped while running",
+        )
+        await asyncio.shield(_aaudited(call, outcome))
+        raise
+
+
 def _confirm_checks(
-    action_id: Any, user: Any, source: str, request_ip: str | None, site: ToolRegistry
+    action_id: Any,
+    user: Any,
+    source: str,
+    request_ip: str | None,
+    site: ToolRegistry,
+    cancel: CancellationToken | None = None,
 ) -> tuple[_Call, Outcome | None]:
     """Re-validate and re-authorize a pending action, then claim it exactly once."""
     action = (
@@ -437,11 +465,16 @@ def _confirm_checks(
         .first()
     )
     if action is None:
-        from .exceptions import ActionNotFound
-
         raise ActionNotFound("No such pending action is waiting for you.")
     call = _Call(
-        action.operation, action.entities, user, action.conversation, source, request_ip, site
+        action.operation,
+        action.entities,
+        user,
+        action.conversation,
+        source,
+        request_ip,
+        site,
+        cancel,
     )
     call.action = action
     outcome = call.check()
@@ -471,9 +504,10 @@ def confirm_action(
     source: str = "api",
     request_ip: str | None = None,
     site: ToolRegistry = registry,
+    cancel: CancellationToken | None = None,
 ) -> Outcome:
     """Run a pending action once for its owner; raises ``ActionNotFound`` / ``AlreadyDecided``."""
-    call, outcome = _confirm_checks(action_id, user, source, request_ip, site)
+    call, outcome = _confirm_checks(action_id, user, source, request_ip, site, cancel)
     if outcome is None:
         outcome = _run_sync(call, confirmed=True)
     return _audited(call, outcome)
@@ -486,10 +520,13 @@ async def aconfirm_action(
     source: str = "api",
     request_ip: str | None = None,
     site: ToolRegistry = registry,
+    cancel: CancellationToken | None = None,
 ) -> Outcome:
-    call, outcome = await sync_to_async(_confirm_checks)(action_id, user, source, request_ip, site)
+    call, outcome = await sync_to_async(_confirm_checks)(
+        action_id, user, source, request_ip, site, cancel
+    )
     if outcome is None:
-        outcome = await _run_async(call, confirmed=True)
+        outcome = await _run_cancellable(call, confirmed=True)
     return await _aaudited(call, outcome)
 
 

@@ -15,6 +15,7 @@ from .exceptions import AlreadyRegistered, RegistryFrozen, ToolDefinitionError, 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
+    from .lifecycle import CancellationToken
     from .models import Conversation, PendingAction
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -53,6 +54,7 @@ class ToolCall:
     request_ip: str | None = None
     pending_action: PendingAction | None = None
     instance: Any = None
+    cancel: CancellationToken | None = None
 
     @property
     def operation(self) -> str:

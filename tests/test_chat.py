@@ -145,7 +145,7 @@ def test_a_planner_crash_leaves_a_failed_reply_and_keeps_the_question(plain_user
     def crash(*args, **kwargs):
         raise RuntimeError("planner down: secret stack detail")
 
-    monkeypatch.setattr("assistant.chat.plan", crash)
+    monkeypatch.setattr("assistant.planner.keywords.plan", crash)
 
     turn = run_turn(plain_user, "ping")
 

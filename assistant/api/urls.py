@@ -1,6 +1,10 @@
+from typing import Any
+
 from django.http import HttpRequest, JsonResponse
-from django.urls import path, re_path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView
+from rest_framework.request import Request
+from rest_framework.response import Response
 
 from . import views
 
@@ -46,21 +50,28 @@ schema_patterns = [
     path("admin/audit/", views.AuditListView.as_view(), name="audit"),
 ]
 
+
+class SchemaView(SpectacularAPIView):
+    """The OpenAPI document of this API only, wherever the project mounted it."""
+
+    authentication_classes = [views.BrowserSessionAuthentication]
+    permission_classes: list[Any] = []
+
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        route = request.resolver_match.route if request.resolver_match else "schema/"
+        prefix = route[: -len("schema/")] if route.endswith("schema/") else ""
+        self.patterns = [path(prefix, include(schema_patterns))]
+        self.custom_settings = {
+            "TITLE": "django-assistant API",
+            "DESCRIPTION": "Tools, turns, confirmations and audit of django-assistant.",
+            "VERSION": "1",
+            "SCHEMA_PATH_PREFIX": "/" + prefix.rstrip("/"),
+        }
+        return super().get(request, *args, **kwargs)  # type: ignore[no-untyped-call]
+
+
 urlpatterns = [
     *schema_patterns,
-    path(
-        "schema/",
-        SpectacularAPIView.as_view(
-            custom_settings={
-                "TITLE": "django-assistant API",
-                "DESCRIPTION": "Tools, turns, confirmations and audit of django-assistant.",
-                "VERSION": "1",
-                "SCHEMA_PATH_PREFIX": r"/assistant/api",
-            },
-            authentication_classes=[views.BrowserSessionAuthentication],
-            permission_classes=[],
-        ),
-        name="schema",
-    ),
+    path("schema/", SchemaView.as_view(), name="schema"),
     re_path(r"^.*$", not_found),
 ]

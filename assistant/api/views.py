@@ -9,9 +9,12 @@ from django.apps import apps
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.db.models import Count, QuerySet
 from django.http import Http404
+from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
+from drf_spectacular.authentication import SessionScheme
 from drf_spectacular.openapi import AutoSchema
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter
+from drf_spectacular.utils import extend_schema as spectacular_extend_schema
 from rest_framework import exceptions, status
 from rest_framework.authentication import BaseAuthentication, SessionAuthentication
 from rest_framework.negotiation import DefaultContentNegotiation
@@ -54,6 +57,20 @@ class BrowserSessionAuthentication(SessionAuthentication):
 
     def authenticate_header(self, request: Request) -> str:
         return 'Session realm="assistant"'
+
+
+class BrowserSessionScheme(SessionScheme):  # type: ignore[no-untyped-call]
+    target_class = "assistant.api.views.BrowserSessionAuthentication"
+
+
+def extend_schema(**kwargs: Any) -> Any:
+    """drf-spectacular's ``extend_schema`` on our own AutoSchema, whatever the host's default."""
+
+    def decorator(method: Any) -> Any:
+        method.schema = AutoSchema
+        return spectacular_extend_schema(**kwargs)(method)
+
+    return decorator
 
 
 def error_body(code: str, detail: Any, errors: Any = None) -> dict[str, Any]:
@@ -261,7 +278,8 @@ class ActionCancelView(AssistantAPIView):
 
 
 def _with_counts(conversations: QuerySet[Conversation]) -> QuerySet[Conversation]:
-    return conversations.annotate(message_count=Count("messages"))
+    # GROUP BY drops Meta.ordering: restate it, newest activity first.
+    return conversations.annotate(message_count=Count("messages")).order_by("-updated_at", "-id")
 
 
 class ConversationListView(AssistantAPIView):
@@ -354,14 +372,22 @@ def _user_filter(field: str, value: str) -> dict[str, Any]:
     return {f"{field}_id": int(value)} if value.isdigit() else {f"{field}__username": value}
 
 
-def _moment(value: str, *, end: bool) -> Any:
-    moment = parse_datetime(value)
-    if moment is not None:
-        return moment
-    day = parse_date(value)
-    if day is None:
-        raise exceptions.ValidationError({"date": f"{value!r} is not a date or date-time"})
-    return ("created_at__date__lte" if end else "created_at__date__gte"), day
+def _bound(name: str, value: str) -> dict[str, Any]:
+    """A ``since``/``until`` filter: a whole day for a date, an instant for a date-time."""
+    end = name == "until"
+    try:
+        if len(value) == 10:
+            day = parse_date(value)
+            if day is not None:
+                return {"created_at__date__lte" if end else "created_at__date__gte": day}
+        moment = parse_datetime(value)
+    except ValueError:
+        moment = None
+    if moment is None:
+        raise exceptions.ValidationError({name: f"{value!r} is not a date or an ISO date-time"})
+    if timezone.is_naive(moment):
+        moment = timezone.make_aware(moment)
+    return {"created_at__lte" if end else "created_at__gte": moment}
 
 
 class AuditListView(StaffView):
@@ -387,15 +413,9 @@ class AuditListView(StaffView):
             if params["decision"] not in AuditEntry.Decision.values:
                 raise exceptions.ValidationError({"decision": "unknown decision"})
             entries = entries.filter(decision=params["decision"])
-        for name, end in (("since", False), ("until", True)):
+        for name in ("since", "until"):
             if params.get(name):
-                bound = _moment(params[name], end=end)
-                if isinstance(bound, tuple):
-                    entries = entries.filter(**{bound[0]: bound[1]})
-                else:
-                    entries = entries.filter(
-                        **{"created_at__lte" if end else "created_at__gte": bound}
-                    )
+                entries = entries.filter(**_bound(name, params[name]))
         paginator = AuditCursorPagination()
         page = paginator.paginate_queryset(entries, request, view=self)
         return paginator.get_paginated_response(AuditEntrySerializer(page, many=True).data)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from ..chat import Turn
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -13,3 +16,22 @@ class Intent:
     operation: str
     entities: dict[str, Any] = field(default_factory=dict)
     source: str = "keywords"
+
+
+class Planner(Protocol):
+    """Drives one turn: speaks with ``turn.say`` and acts only through ``turn.call``."""
+
+    async def run(self, turn: Turn) -> None: ...
+
+
+def get_planner() -> Planner:
+    """The planner ``ASSISTANT["PLANNER"]`` names: "keywords" (default) or "llm"."""
+    from ..conf import assistant_settings
+
+    if assistant_settings.PLANNER == "llm":
+        from .llm import LLMPlanner
+
+        return LLMPlanner()
+    from .keywords import KeywordPlanner
+
+    return KeywordPlanner()

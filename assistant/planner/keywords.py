@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from asgiref.sync import sync_to_async
 
 from ..entities import Entity
 from ..registry import AssistantTool, ToolRegistry, registry
 from . import Intent
+
+if TYPE_CHECKING:
+    from ..chat import Turn
 
 FALLBACK_OPERATION = "show_capabilities"
 PAIR_RE = re.compile(r"""(?P<key>[A-Za-z_][\w-]*)\s*=\s*(?P<value>"[^"]*"|'[^']*'|\S+)""")
@@ -93,4 +98,33 @@ def plan(text: str, user: Any, site: ToolRegistry = registry) -> list[Intent]:
     ]
 
 
-__all__ = ["Intent", "extract_entities", "match_tool", "plan"]
+def _plan_and_redact(turn: Turn) -> list[Intent]:
+    from ..chat import redact_message
+
+    assert turn.user_message is not None
+    intents = plan(turn.user_message.text, turn.user, turn.site)
+    redact_message(turn.user_message, intents, turn.site)
+    return intents
+
+
+class KeywordPlanner:
+    """Offline and deterministic: one intent from the registry's keywords, then the results."""
+
+    async def run(self, turn: Turn) -> None:
+        intents = await sync_to_async(_plan_and_redact)(turn)
+        for intent in intents:
+            await turn.call(intent.operation, intent.entities)
+        texts = [outcome.text for outcome in turn.outcomes if outcome.text]
+        if not texts:
+            from ..chat import NOTHING_TO_DO
+
+            texts = [NOTHING_TO_DO]
+        for index, text in enumerate(texts):
+            lines = text.splitlines(keepends=True)
+            for line in lines:
+                await turn.say(line)
+            if index < len(texts) - 1:
+                await turn.say("\n\n")
+
+
+__all__ = ["Intent", "KeywordPlanner", "extract_entities", "match_tool", "plan"]

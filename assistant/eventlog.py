@@ -1,0 +1,120 @@
+"""Recent events per conversation, numbered, for replay after a reconnect (memory or Redis)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import weakref
+from collections import deque
+from typing import Any, Protocol
+
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from .conf import assistant_settings
+
+
+class EventLog(Protocol):
+    async def append(self, thread_id: str, frame: dict[str, Any]) -> int:
+        """Number ``frame`` (sets its ``seq``), keep it, and return the number."""
+
+    async def since(self, thread_id: str, after: int) -> tuple[list[dict[str, Any]], bool]:
+        """Frames numbered above ``after``, and whether any frame in between was already dropped."""
+
+
+class MemoryEventLog:
+    """One process's log: the embedded default (in-memory channel layer, one server process)."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self._lock = threading.Lock()
+        self._logs: dict[str, tuple[list[int], deque[dict[str, Any]]]] = {}
+
+    async def append(self, thread_id: str, frame: dict[str, Any]) -> int:
+        with self._lock:
+            counter, frames = self._logs.setdefault(thread_id, ([0], deque(maxlen=self.keep)))
+            counter[0] += 1
+            frame["seq"] = counter[0]
+            frames.append(frame)
+            return counter[0]
+
+    async def since(self, thread_id: str, after: int) -> tuple[list[dict[str, Any]], bool]:
+        with self._lock:
+            counter, frames = self._logs.get(thread_id, ([0], deque()))
+            kept = [frame for frame in frames if frame["seq"] > after]
+            oldest = frames[0]["seq"] if frames else counter[0] + 1
+        return kept, after < counter[0] and oldest > after + 1
+
+
+class RedisEventLog:
+    """Shared by every server process: a counter and a sorted set per conversation, with a TTL."""
+
+    def __init__(self, url: str, keep: int, ttl: int) -> None:
+        self.url = url
+        self.keep = keep
+        self.ttl = ttl
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def _client(self) -> Any:
+        import redis.asyncio as redis
+
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            client = self._clients[loop] = redis.Redis.from_url(self.url)
+        return client
+
+    @staticmethod
+    def _keys(thread_id: str) -> tuple[str, str]:
+        return f"assistant:events:{thread_id}:seq", f"assistant:events:{thread_id}:frames"
+
+    async def append(self, thread_id: str, frame: dict[str, Any]) -> int:
+        client = self._client()
+        seq_key, frames_key = self._keys(thread_id)
+        seq = int(await client.incr(seq_key))
+        frame["seq"] = seq
+        async with client.pipeline(transaction=True) as pipe:
+            pipe.zadd(frames_key, {json.dumps(frame, separators=(",", ":")): seq})
+            pipe.zremrangebyrank(frames_key, 0, -self.keep - 1)
+            pipe.expire(frames_key, self.ttl)
+            pipe.expire(seq_key, self.ttl)
+            await pipe.execute()
+        return seq
+
+    async def since(self, thread_id: str, after: int) -> tuple[list[dict[str, Any]], bool]:
+        client = self._client()
+        seq_key, frames_key = self._keys(thread_id)
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.get(seq_key)
+            pipe.zrange(frames_key, 0, 0, withscores=True)
+            pipe.zrangebyscore(frames_key, f"({after}", "+inf")
+            last, oldest, raw = await pipe.execute()
+        last = int(last or 0)
+        oldest_seq = int(oldest[0][1]) if oldest else last + 1
+        return [json.loads(item) for item in raw], after < last and oldest_seq > after + 1
+
+
+_log: EventLog | None = None
+
+
+def event_log() -> EventLog:
+    """The configured log: ``ASSISTANT["EVENT_LOG"]`` is None (memory) or a ``redis://`` URL."""
+    global _log
+    if _log is None:
+        url = assistant_settings.EVENT_LOG
+        keep = int(assistant_settings.EVENT_LOG_KEEP)
+        if url:
+            _log = RedisEventLog(url, keep=keep, ttl=int(assistant_settings.EVENT_LOG_TTL))
+        else:
+            _log = MemoryEventLog(keep=keep)
+    return _log
+
+
+@receiver(setting_changed)
+def _reset_on_change(*, setting: str, **kwargs: Any) -> None:
+    global _log
+    if setting == "ASSISTANT":
+        _log = None

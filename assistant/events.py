@@ -1,0 +1,145 @@
+"""The reply event vocabulary: AG-UI events, encoded by the ag-ui-protocol models, as JSON frames."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ag_ui.core import (
+    AssistantMessage,
+    BaseEvent,
+    CustomEvent,
+    FunctionCall,
+    Interrupt,
+    MessagesSnapshotEvent,
+    RunErrorEvent,
+    RunFinishedCancelledOutcome,
+    RunFinishedEvent,
+    RunFinishedInterruptOutcome,
+    RunStartedEvent,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
+    ToolCallArgsEvent,
+    ToolCallEndEvent,
+    ToolCallResultEvent,
+    ToolCallStartEvent,
+    UserMessage,
+)
+from ag_ui.core import (
+    ToolCall as AGUIToolCall,
+)
+from django.core.serializers.json import DjangoJSONEncoder
+
+PROTOCOL_VERSION = "1.0"
+
+
+def frame(event: BaseEvent, *, thread_id: str, run_id: str | None, seq: int = 0) -> dict[str, Any]:
+    """One websocket frame: the AG-UI event as the protocol spells it, plus seq/threadId/runId."""
+    data: dict[str, Any] = event.model_dump(mode="json", by_alias=True)
+    data["seq"] = seq
+    data["threadId"] = thread_id
+    data["runId"] = run_id
+    return data
+
+
+def run_started(thread_id: str, run_id: str) -> RunStartedEvent:
+    return RunStartedEvent(thread_id=thread_id, run_id=run_id, protocol_version=PROTOCOL_VERSION)
+
+
+def run_finished(
+    thread_id: str,
+    run_id: str,
+    *,
+    result: Any = None,
+    interrupts: list[Interrupt] | None = None,
+    cancelled: bool = False,
+) -> RunFinishedEvent:
+    outcome: Any = None
+    if interrupts:
+        outcome = RunFinishedInterruptOutcome(interrupts=interrupts)
+    elif cancelled:
+        outcome = RunFinishedCancelledOutcome()
+    return RunFinishedEvent(thread_id=thread_id, run_id=run_id, result=result, outcome=outcome)
+
+
+def run_error(message: str, code: str) -> RunErrorEvent:
+    return RunErrorEvent(message=message, code=code)
+
+
+def confirmation_interrupt(
+    action: Any, tool_call_id: str | None, entities: dict[str, Any]
+) -> Interrupt:
+    """A pending action as the AG-UI interrupt a client answers with confirm or reject."""
+    return Interrupt(
+        id=str(action.pk),
+        reason="confirmation_required",
+        message=action.summary,
+        tool_call_id=tool_call_id,
+        expires_at=action.expires_at.isoformat(),
+        metadata={"operation": action.operation, "entities": entities},
+    )
+
+
+def text_start(message_id: str) -> TextMessageStartEvent:
+    return TextMessageStartEvent(message_id=message_id, role="assistant")
+
+
+def user_text_start(message_id: str) -> TextMessageStartEvent:
+    return TextMessageStartEvent(message_id=message_id, role="user")
+
+
+def text_content(message_id: str, delta: str) -> TextMessageContentEvent:
+    return TextMessageContentEvent(message_id=message_id, delta=delta)
+
+
+def text_end(message_id: str) -> TextMessageEndEvent:
+    return TextMessageEndEvent(message_id=message_id)
+
+
+def tool_call_start(
+    tool_call_id: str, name: str, parent_message_id: str | None
+) -> ToolCallStartEvent:
+    return ToolCallStartEvent(
+        tool_call_id=tool_call_id, tool_call_name=name, parent_message_id=parent_message_id
+    )
+
+
+def tool_call_args(tool_call_id: str, delta: str) -> ToolCallArgsEvent:
+    return ToolCallArgsEvent(tool_call_id=tool_call_id, delta=delta)
+
+
+def tool_call_end(tool_call_id: str) -> ToolCallEndEvent:
+    return ToolCallEndEvent(tool_call_id=tool_call_id)
+
+
+def tool_call_result(message_id: str, tool_call_id: str, content: str) -> ToolCallResultEvent:
+    return ToolCallResultEvent(
+        message_id=message_id, tool_call_id=tool_call_id, content=content, role="tool"
+    )
+
+
+def custom(name: str, value: Any) -> CustomEvent:
+    return CustomEvent(name=name, value=json.loads(json.dumps(value, cls=DjangoJSONEncoder)))
+
+
+def messages_snapshot(messages: list[Any]) -> MessagesSnapshotEvent:
+    """The stored conversation, for a client that reconnects after its events were dropped."""
+    converted: list[Any] = []
+    for message in messages:
+        if message.role == "user":
+            converted.append(UserMessage(id=str(message.pk), content=message.text))
+            continue
+        calls = [
+            AGUIToolCall(
+                id=call.get("tool_call_id") or f"{message.pk}-{index}",
+                function=FunctionCall(
+                    name=call["operation"], arguments=json.dumps(call.get("entities") or {})
+                ),
+            )
+            for index, call in enumerate(message.tool_calls or [])
+        ]
+        converted.append(
+            AssistantMessage(id=str(message.pk), content=message.text, tool_calls=calls or None)
+        )
+    return MessagesSnapshotEvent(messages=converted)

@@ -1,0 +1,151 @@
+"""The example project end to end: its management commands in a fresh process on a fresh SQLite file."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+DEMO_USERS = {"admin", "operator", "viewer"}
+
+
+class Project:
+    """``manage.py`` of the example project, run against its own database file."""
+
+    def __init__(self, database: Path) -> None:
+        self.env = {
+            key: value
+            for key, value in os.environ.items()
+            if not key.startswith(("DJANGO_", "DATABASE_", "REDIS_", "PYTEST_"))
+        }
+        self.env["DJANGO_SETTINGS_MODULE"] = "config.settings"
+        self.env["DATABASE_URL"] = f"sqlite:///{database}"
+
+    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=REPO,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if check:
+            assert result.returncode == 0, f"manage.py {' '.join(args)}:\n{result.stderr}"
+        return result
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
+    database = tmp_path_factory.mktemp("example") / "demo.sqlite3"
+    project = Project(database)
+    project.run("migrate", "--no-input")
+    assert database.exists()
+    return project
+
+
+@pytest.fixture(scope="module")
+def demo_users(project: Project) -> str:
+    return project.run("demo_users").stdout
+
+
+def printed_passwords(output: str) -> dict[str, str]:
+    return dict(re.findall(r"^\s*(\w+)\s+password:\s*(\S+)\s*$", output, re.MULTILINE))
+
+
+def inventory(project: Project, username: str) -> dict[str, dict[str, Any]]:
+    rows = json.loads(project.run("assistant_tools", "--json", "--as", username).stdout)
+    return {row["operation"]: row for row in rows}
+
+
+def test_migrate_creates_the_database_and_nothing_is_left_unmigrated(project: Project) -> None:
+    result = project.run("migrate", "--check")
+
+    assert result.returncode == 0
+
+
+def test_demo_users_prints_the_three_users_with_their_passwords(demo_users: str) -> None:
+    passwords = printed_passwords(demo_users)
+
+    assert set(passwords) == DEMO_USERS
+    assert all(passwords.values())
+
+
+def test_the_printed_passwords_sign_in(project: Project, demo_users: str) -> None:
+    passwords = printed_passwords(demo_users)
+    script = (
+        "import json, sys\n"
+        "from django.contrib.auth import authenticate\n"
+        "passwords = json.loads(sys.stdin.read())\n"
+        "print(json.dumps({name: bool(authenticate(username=name, password=pw))"
+        " for name, pw in passwords.items()}))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "manage.py", "shell", "--no-imports", "-c", script],
+        cwd=REPO,
+        env=project.env,
+        input=json.dumps(passwords),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == dict.fromkeys(DEMO_USERS, True)
+
+
+def test_demo_users_can_run_twice(project: Project, demo_users: str) -> None:
+    again = project.run("demo_users").stdout
+
+    assert set(printed_passwords(again)) == DEMO_USERS
+
+
+def test_check_is_clean(project: Project) -> None:
+    result = project.run("check")
+
+    assert "System check identified no issues (0 silenced)." in result.stdout
+
+
+def test_the_viewer_sees_list_users_but_not_deactivate_user(
+    project: Project, demo_users: str
+) -> None:
+    tools = inventory(project, "viewer")
+
+    assert tools["list_users"]["visible"] is True
+    assert tools["list_users"]["hidden_because"] == []
+    assert tools["deactivate_user"]["visible"] is False
+    assert tools["deactivate_user"]["hidden_because"] == ["missing permission auth.change_user"]
+
+
+def test_the_operator_sees_deactivate_user(project: Project, demo_users: str) -> None:
+    tools = inventory(project, "operator")
+
+    assert tools["list_users"]["visible"] is True
+    assert tools["deactivate_user"]["visible"] is True
+    assert tools["deactivate_user"]["hidden_because"] == []
+
+
+def test_the_inventory_lists_the_projects_own_tools(project: Project) -> None:
+    rows = json.loads(project.run("assistant_tools", "--json").stdout)
+    by_operation = {row["operation"]: row for row in rows}
+
+    assert {"whoami", "list_users", "deactivate_user", "set_password"} <= set(by_operation)
+    assert by_operation["deactivate_user"]["risk_level"] == "dangerous"
+    assert by_operation["deactivate_user"]["requires_confirmation"] is True
+    assert by_operation["deactivate_user"]["permissions"] == ["auth.change_user"]
+    assert by_operation["list_users"]["permissions"] == ["auth.view_user"]
+    assert "visible" not in by_operation["list_users"]
+
+
+def test_the_inventory_refuses_an_unknown_user(project: Project) -> None:
+    result = project.run("assistant_tools", "--as", "nobody", check=False)
+
+    assert result.returncode == 1
+    assert "No user named 'nobody'" in result.stderr
