@@ -10,9 +10,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from asgiref.sync import async_to_sync, sync_to_async
+from asgiref.sync import ThreadSensitiveContext, async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
-from django.db import transaction
+from django.db import connections, transaction
 
 from . import events
 from .conf import assistant_settings
@@ -380,6 +380,36 @@ async def run_started_turn(turn: Turn, work: Work | None = None) -> TurnResult:
         frames=turn.frames,
         run_id=turn.run_id,
     )
+
+
+# Turns outlive the socket that started them; keep a reference so they are not collected.
+RUNNING: set[asyncio.Task[Any]] = set()
+_slots: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
+
+
+def _slot() -> asyncio.Semaphore:
+    loop = asyncio.get_running_loop()
+    if loop not in _slots:
+        _slots.clear()  # a new loop (tests): the old semaphore belongs to a closed one
+        _slots[loop] = asyncio.Semaphore(int(assistant_settings.MAX_CONCURRENT_TURNS))
+    return _slots[loop]
+
+
+async def _isolated(turn: Turn, work: Work | None) -> TurnResult:
+    """A turn in its own sync thread, so a slow sync handler blocks only its own turn."""
+    async with _slot(), ThreadSensitiveContext():
+        try:
+            return await run_started_turn(turn, work)
+        finally:
+            await sync_to_async(connections.close_all)()
+
+
+def launch(turn: Turn, work: Work | None = None) -> asyncio.Task[TurnResult]:
+    """Run a turn in the background, independent of the socket that asked for it."""
+    task = asyncio.ensure_future(_isolated(turn, work))
+    RUNNING.add(task)
+    task.add_done_callback(RUNNING.discard)
+    return task
 
 
 def run_turn(

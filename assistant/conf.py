@@ -23,6 +23,10 @@ DEFAULTS: dict[str, Any] = {
     "REDACTED": "[redacted]",
     # import each installed app's ``assistant_tools`` module at start-up
     "AUTODISCOVER": True,
+    # where the project routes AssistantConsumer (the chat page connects there)
+    "WEBSOCKET_PATH": "/ws/assistant/",
+    # turns running at once in one server process; more wait for a free slot
+    "MAX_CONCURRENT_TURNS": 32,
     # where recent events are kept for replay: None (this process's memory) or a redis:// URL
     "EVENT_LOG": None,
     "EVENT_LOG_KEEP": 1000,

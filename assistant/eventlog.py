@@ -7,6 +7,7 @@ import json
 import threading
 import weakref
 from collections import deque
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from django.core.signals import setting_changed
@@ -15,12 +16,21 @@ from django.dispatch import receiver
 from .conf import assistant_settings
 
 
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """Frames numbered above what a client saw, whether some were already dropped, the last seq."""
+
+    frames: list[dict[str, Any]]
+    gap: bool
+    last: int
+
+
 class EventLog(Protocol):
     async def append(self, thread_id: str, frame: dict[str, Any]) -> int:
         """Number ``frame`` (sets its ``seq``), keep it, and return the number."""
 
-    async def since(self, thread_id: str, after: int) -> tuple[list[dict[str, Any]], bool]:
-        """Frames numbered above ``after``, and whether any frame in between was already dropped."""
+    async def since(self, thread_id: str, after: int) -> Replay:
+        """Frames numbered above ``after`` (and whether any in between were already dropped)."""
 
 
 class MemoryEventLog:
@@ -39,12 +49,13 @@ class MemoryEventLog:
             frames.append(frame)
             return counter[0]
 
-    async def since(self, thread_id: str, after: int) -> tuple[list[dict[str, Any]], bool]:
+    async def since(self, thread_id: str, after: int) -> Replay:
         with self._lock:
             counter, frames = self._logs.get(thread_id, ([0], deque()))
             kept = [frame for frame in frames if frame["seq"] > after]
             oldest = frames[0]["seq"] if frames else counter[0] + 1
-        return kept, after < counter[0] and oldest > after + 1
+        last = counter[0]
+        return Replay(kept, after < last and oldest > after + 1, last)
 
 
 class RedisEventLog:
@@ -84,7 +95,7 @@ class RedisEventLog:
             await pipe.execute()
         return seq
 
-    async def since(self, thread_id: str, after: int) -> tuple[list[dict[str, Any]], bool]:
+    async def since(self, thread_id: str, after: int) -> Replay:
         client = self._client()
         seq_key, frames_key = self._keys(thread_id)
         async with client.pipeline(transaction=False) as pipe:
@@ -94,7 +105,8 @@ class RedisEventLog:
             last, oldest, raw = await pipe.execute()
         last = int(last or 0)
         oldest_seq = int(oldest[0][1]) if oldest else last + 1
-        return [json.loads(item) for item in raw], after < last and oldest_seq > after + 1
+        frames = [json.loads(item) for item in raw]
+        return Replay(frames, after < last and oldest_seq > after + 1, last)
 
 
 _log: EventLog | None = None

@@ -139,7 +139,16 @@ def messages_snapshot(messages: list[Any]) -> MessagesSnapshotEvent:
             )
             for index, call in enumerate(message.tool_calls or [])
         ]
+        decisions = {
+            call.id: record.get("decision")
+            for call, record in zip(calls, message.tool_calls or [], strict=True)
+        }
         converted.append(
-            AssistantMessage(id=str(message.pk), content=message.text, tool_calls=calls or None)
+            AssistantMessage(
+                id=str(message.pk),
+                content=message.text,
+                tool_calls=calls or None,
+                metadata={"status": message.status, "decisions": decisions},
+            )
         )
     return MessagesSnapshotEvent(messages=converted)

@@ -2,8 +2,11 @@
 
 from django.urls import include, path
 
+from . import views
+
 app_name = "assistant"
 
 urlpatterns = [
+    path("", views.chat, name="chat"),
     path("api/", include("assistant.api.urls")),
 ]

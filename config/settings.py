@@ -96,7 +96,7 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "home"
+LOGIN_REDIRECT_URL = "assistant:chat"
 LOGOUT_REDIRECT_URL = "login"
 
 ASSISTANT = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db.models import Q
 
@@ -42,7 +43,9 @@ def list_users(
     page: int = 1,
     page_size: int = 20,
 ) -> ToolResult:
-    users = User._default_manager.order_by("username")
+    # guardian's stand-in for anonymous visitors is not an account anyone manages
+    anonymous = getattr(settings, "ANONYMOUS_USER_NAME", "AnonymousUser")
+    users = User._default_manager.exclude(username=anonymous).order_by("username")
     if search:
         users = users.filter(Q(username__icontains=search) | Q(email__icontains=search))
     if active_only:

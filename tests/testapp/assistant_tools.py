@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import uuid
 from typing import Annotated, Literal
@@ -196,3 +197,31 @@ def echo_types(
         "meta": meta,
     }
     return ToolResult(text=repr(values), data=values)
+
+
+@assistant_tool(
+    operation="slow",
+    domain="diagnostics",
+    description="Take a while (async), reporting how long it ran",
+    risk_level="safe",
+    public=True,
+    keywords=["slow", "take your time"],
+)
+async def slow(call: ToolCall, seconds: float = 30.0) -> ToolResult:
+    await asyncio.sleep(seconds)
+    return ToolResult(text=f"slept {seconds:g}s")
+
+
+@assistant_tool(
+    operation="slow_sync",
+    domain="diagnostics",
+    description="Take a while in a thread, stopping early when cancelled",
+    risk_level="safe",
+    public=True,
+    keywords=["slow sync"],
+)
+def slow_sync(call: ToolCall, seconds: float = 30.0) -> ToolResult:
+    assert call.cancel is not None
+    if call.cancel.wait(seconds):
+        return ToolResult(text="stopped early")
+    return ToolResult(text=f"slept {seconds:g}s")

@@ -1,0 +1,213 @@
+"""The chat websocket: thin; turns run on their own, every socket on a conversation sees them."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+
+from . import events
+from .chat import (
+    Turn,
+    answer_action,
+    check_message,
+    conversation_for,
+    decision_turn,
+    group_name,
+    launch,
+    start_turn,
+)
+from .conf import assistant_settings
+from .eventlog import event_log
+from .exceptions import AssistantError
+from .models import Message, PendingAction
+
+logger = logging.getLogger("assistant.consumers")
+UNAUTHENTICATED = 4401
+
+
+class FrameError(AssistantError):
+    """A frame the server cannot act on."""
+
+    code = "bad_frame"
+
+
+class AssistantConsumer(AsyncWebsocketConsumer):
+    """Client frames: message, confirm, reject, cancel, resume. Server frames: AG-UI events."""
+
+    async def connect(self) -> None:
+        self.user = self.scope.get("user")
+        self.watching: set[str] = set()
+        self.current: str | None = None
+        await self.accept()
+        if self.user is None or not self.user.is_authenticated:
+            await self.close(code=UNAUTHENTICATED)
+            return
+        await self.send_pending_actions()
+
+    async def disconnect(self, code: int) -> None:
+        for thread_id in self.watching:
+            await self.channel_layer.group_discard(group_name(thread_id), self.channel_name)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        try:
+            content = self.parse(text_data, bytes_data)
+            handler = getattr(self, f"on_{content['type']}", None)
+            if handler is None:
+                raise FrameError(f"Unknown frame type {content['type']!r}.", code="unknown_type")
+            await handler(content)
+        except AssistantError as exc:
+            await self.send_error(exc.code, exc.message)
+
+    def parse(self, text_data: str | None, bytes_data: bytes | None) -> dict[str, Any]:
+        if text_data is None:
+            raise FrameError("Frames are JSON text.", code="bad_frame")
+        if len(text_data) > int(assistant_settings.MAX_MESSAGE_LENGTH) * 2 + 1024:
+            raise FrameError("The frame is too large.", code="frame_too_large")
+        try:
+            content = json.loads(text_data)
+        except ValueError:
+            raise FrameError("The frame is not valid JSON.", code="bad_json") from None
+        if not isinstance(content, dict) or not isinstance(content.get("type"), str):
+            raise FrameError('A frame is a JSON object with a "type".', code="bad_frame")
+        return content
+
+    @staticmethod
+    def required(content: dict[str, Any], key: str) -> Any:
+        value = content.get(key)
+        if value in (None, ""):
+            raise FrameError(f'The frame needs "{key}".', code="missing_field")
+        return value
+
+    async def send_frame(self, frame: dict[str, Any]) -> None:
+        await self.send(text_data=json.dumps(frame, separators=(",", ":")))
+
+    async def send_error(self, code: str, message: str) -> None:
+        frame = events.frame(
+            events.custom("assistant.error", {"code": code, "message": message}),
+            thread_id=self.current or "",
+            run_id=None,
+        )
+        await self.send_frame(frame)
+
+    async def watch(self, thread_id: str) -> None:
+        self.current = thread_id
+        if thread_id not in self.watching:
+            self.watching.add(thread_id)
+            await self.channel_layer.group_add(group_name(thread_id), self.channel_name)
+
+    # -- client frames ----------------------------------------------------------------------
+
+    async def on_message(self, content: dict[str, Any]) -> None:
+        text = check_message(content.get("text"))
+        conversation, user_message = await sync_to_async(start_turn)(
+            self.user, text, content.get("conversation")
+        )
+        await self.watch(str(conversation.pk))
+        turn = Turn(
+            user=self.user,
+            conversation=conversation,
+            user_message=user_message,
+            source="websocket",
+            request_ip=self.client_ip(),
+        )
+        launch(turn)
+
+    async def on_confirm(self, content: dict[str, Any]) -> None:
+        await self.answer(content, confirm=True)
+
+    async def on_reject(self, content: dict[str, Any]) -> None:
+        await self.answer(content, confirm=False)
+
+    async def answer(self, content: dict[str, Any], *, confirm: bool) -> None:
+        action_id = self.required(content, "action")
+        turn = await sync_to_async(decision_turn)(
+            self.user, action_id, confirm=confirm, source="websocket"
+        )
+        await self.watch(turn.thread_id)
+
+        async def work(turn: Turn) -> None:
+            await answer_action(turn, action_id, confirm=confirm)
+
+        launch(turn, work)
+
+    async def on_cancel(self, content: dict[str, Any]) -> None:
+        thread_id = content.get("conversation") or self.current
+        if not thread_id:
+            raise FrameError("Nothing to cancel on this connection.", code="nothing_to_cancel")
+        conversation = await sync_to_async(conversation_for)(self.user, thread_id)
+        await self.channel_layer.group_send(
+            group_name(conversation.pk), {"type": "assistant.cancel", "run": content.get("run")}
+        )
+
+    async def on_resume(self, content: dict[str, Any]) -> None:
+        conversation = await sync_to_async(conversation_for)(
+            self.user, self.required(content, "conversation")
+        )
+        thread_id = str(conversation.pk)
+        try:
+            after = int(content.get("after") or 0)
+        except (TypeError, ValueError):
+            raise FrameError('"after" must be a number.', code="bad_frame") from None
+        await self.watch(thread_id)
+        replay = await event_log().since(thread_id, after)
+        frames = replay.frames
+        if replay.gap or after <= 0:
+            # The stored messages stand for finished runs; only a run still going is replayed.
+            messages = await sync_to_async(_stored_messages)(conversation)
+            await self.send_frame(
+                events.frame(events.messages_snapshot(messages), thread_id=thread_id, run_id=None)
+            )
+            finished = {f["runId"] for f in frames if f["type"] in ("RUN_FINISHED", "RUN_ERROR")}
+            frames = [frame for frame in frames if frame["runId"] not in finished]
+        for frame in frames:
+            await self.send_frame(frame)
+        marker = events.custom("assistant.resumed", {"last": replay.last})
+        await self.send_frame(events.frame(marker, thread_id=thread_id, run_id=None))
+
+    # -- channel-layer messages ----------------------------------------------------------------
+
+    async def assistant_event(self, message: dict[str, Any]) -> None:
+        await self.send_frame(message["frame"])
+
+    async def assistant_cancel(self, message: dict[str, Any]) -> None:
+        """Cancels are for the turn runner listening on the same group; sockets ignore them."""
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    async def send_pending_actions(self) -> None:
+        actions = await sync_to_async(_waiting_actions)(self.user)
+        if actions:
+            frame = events.frame(
+                events.custom("assistant.pending_actions", {"actions": actions}),
+                thread_id="",
+                run_id=None,
+            )
+            await self.send_frame(frame)
+
+    def client_ip(self) -> str | None:
+        client = self.scope.get("client")
+        return client[0] if client else None
+
+
+def _waiting_actions(user: Any) -> list[dict[str, Any]]:
+    from .api.serializers import redacted_entities
+
+    return [
+        {
+            "id": str(action.pk),
+            "operation": action.operation,
+            "summary": action.summary,
+            "entities": redacted_entities(action.operation, action.entities),
+            "conversation": str(action.conversation_id) if action.conversation_id else None,
+            "expires_at": action.expires_at.isoformat(),
+        }
+        for action in PendingAction.objects.owned_by(user).waiting()
+    ]
+
+
+def _stored_messages(conversation: Any) -> list[Message]:
+    return list(Message.objects.filter(conversation=conversation).order_by("created_at", "id"))

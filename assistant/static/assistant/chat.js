@@ -1,0 +1,327 @@
+// The chat page: one websocket speaking AG-UI events, replay after reconnect, approvals, stop.
+(function () {
+  "use strict";
+
+  const root = document.getElementById("assistant");
+  const $ = (id) => document.getElementById(id);
+  const ui = {
+    messages: $("messages"), empty: $("empty"), approvals: $("approvals"), notice: $("notice"),
+    input: $("input"), send: $("send"), stop: $("stop"), status: $("status"), title: $("title"),
+    conversations: $("conversations"), sidebar: $("sidebar"),
+  };
+  const state = {
+    socket: null,
+    conversation: new URLSearchParams(location.search).get("c"),
+    awaitingNew: false,
+    lastSeq: {},          // conversation id -> last event number applied
+    running: null,        // run id of the run in progress on the current conversation
+    retry: 0,
+    pending: new Map(),   // action id -> approval element
+  };
+
+  function el(tag, className, text) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  // ---- connection ---------------------------------------------------------------------------
+
+  function connect() {
+    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    const socket = new WebSocket(scheme + location.host + root.dataset.websocket);
+    state.socket = socket;
+    setStatus("connecting", "connecting…");
+    socket.onopen = () => {
+      state.retry = 0;
+      setStatus("open", "connected");
+      if (state.conversation) resume(state.conversation);
+    };
+    socket.onmessage = (message) => handle(JSON.parse(message.data));
+    socket.onclose = (event) => {
+      if (event.code === 4401) {
+        setStatus("closed", "signed out");
+        location.reload();
+        return;
+      }
+      setStatus("closed", "reconnecting…");
+      const delay = Math.min(1000 * 2 ** state.retry++, 10000);
+      setTimeout(connect, delay);
+    };
+  }
+
+  function send(frame) {
+    if (state.socket && state.socket.readyState === WebSocket.OPEN) {
+      state.socket.send(JSON.stringify(frame));
+      return true;
+    }
+    showNotice("Not connected yet; try again in a moment.", true);
+    return false;
+  }
+
+  function resume(conversation) {
+    send({ type: "resume", conversation: conversation, after: state.lastSeq[conversation] || 0 });
+  }
+
+  function setStatus(kind, text) {
+    ui.status.dataset.state = kind;
+    ui.status.textContent = text;
+  }
+
+  // ---- events -------------------------------------------------------------------------------
+
+  function handle(frame) {
+    if (frame.type === "CUSTOM" && !frame.threadId) return handleGlobal(frame);
+    if (state.awaitingNew && frame.type === "RUN_STARTED") {
+      state.awaitingNew = false;
+      openConversation(frame.threadId, { keep: true });
+    }
+    if (frame.threadId !== state.conversation) return;
+    if (frame.type === "MESSAGES_SNAPSHOT") return renderSnapshot(frame);
+    if (frame.seq > 0) {
+      if (frame.seq <= (state.lastSeq[frame.threadId] || 0)) return;
+      state.lastSeq[frame.threadId] = frame.seq;
+    }
+    const handler = handlers[frame.type];
+    if (handler) handler(frame);
+  }
+
+  const handlers = {
+    RUN_STARTED(frame) { setRunning(frame.runId); },
+    TEXT_MESSAGE_START(frame) { bubble(frame.messageId, frame.role || "assistant").classList.add("streaming"); },
+    TEXT_MESSAGE_CONTENT(frame) {
+      const node = bubble(frame.messageId, "assistant");
+      if (node.dataset.complete) return;
+      node.querySelector(".text").textContent += frame.delta;
+      scrollDown();
+    },
+    TEXT_MESSAGE_END(frame) {
+      const node = bubble(frame.messageId, "assistant");
+      node.classList.remove("streaming");
+      node.dataset.complete = "1";
+    },
+    TOOL_CALL_START(frame) { toolCard(frame.toolCallId, frame.toolCallName, frame.parentMessageId); },
+    TOOL_CALL_ARGS(frame) {
+      const card = toolCard(frame.toolCallId);
+      card.querySelector(".args").textContent += frame.delta;
+    },
+    TOOL_CALL_RESULT(frame) {
+      const card = toolCard(frame.toolCallId);
+      card.querySelector(".result").textContent = frame.content;
+    },
+    RUN_FINISHED(frame) {
+      const outcome = frame.outcome || {};
+      if (outcome.type === "interrupt") outcome.interrupts.forEach(addApproval);
+      if (outcome.type === "cancelled" && frame.result) markMessage(frame.result.message, "stopped");
+      setRunning(null);
+      loadConversations();
+    },
+    RUN_ERROR(frame) {
+      showNotice(frame.message, true);
+      setRunning(null);
+      loadConversations();
+    },
+    CUSTOM(frame) {
+      const value = frame.value || {};
+      if (frame.name === "assistant.outcome") {
+        const card = toolCard(value.tool_call_id, value.operation);
+        const badge = card.querySelector(".badge");
+        badge.textContent = value.decision.replace("_", " ");
+        badge.className = "badge " + value.decision;
+        if (value.decision !== "confirmation_requested") removeApproval(value.pending_action);
+      } else if (frame.name === "assistant.notice") {
+        showNotice(value.message, false);
+      } else if (frame.name === "assistant.error") {
+        showNotice(value.message, true);
+      } else if (frame.name === "assistant.resumed") {
+        state.lastSeq[frame.threadId] = value.last;
+      }
+    },
+  };
+
+  function handleGlobal(frame) {
+    const value = frame.value || {};
+    if (frame.name === "assistant.pending_actions") {
+      value.actions.forEach((action) => addApproval({
+        id: action.id, message: action.summary, expiresAt: action.expires_at,
+        metadata: { operation: action.operation, entities: action.entities },
+      }));
+    } else if (frame.name === "assistant.error") {
+      showNotice(value.message, true);
+    }
+  }
+
+  // ---- rendering ----------------------------------------------------------------------------
+
+  function bubble(id, role) {
+    let node = document.getElementById("m-" + id);
+    if (!node) {
+      ui.empty.hidden = true;
+      node = el("div", "bubble " + role);
+      node.id = "m-" + id;
+      node.append(el("div", "tools"), el("div", "text"));
+      ui.messages.append(node);
+      scrollDown();
+    }
+    return node;
+  }
+
+  function toolCard(id, name, parentId) {
+    let card = document.getElementById("t-" + id);
+    if (!card) {
+      const host = bubble(parentId || "tools-" + id, "assistant");
+      card = el("details", "tool");
+      card.id = "t-" + id;
+      const summary = el("summary");
+      summary.append(el("span", "", "⚙"), el("code", "", name || "tool"), el("span", "badge", "running"));
+      card.append(summary, el("pre", "args"), el("pre", "result"));
+      host.querySelector(".tools").append(card);
+      scrollDown();
+    }
+    return card;
+  }
+
+  function markMessage(id, label) {
+    const node = document.getElementById("m-" + id);
+    if (node && !node.querySelector(".state")) node.append(el("span", "state", label));
+  }
+
+  function renderSnapshot(frame) {
+    ui.messages.querySelectorAll(".bubble").forEach((node) => node.remove());
+    state.lastSeq[frame.threadId] = 0;
+    frame.messages.forEach((message) => {
+      const node = bubble(message.id, message.role);
+      const meta = message.metadata || {};
+      (message.toolCalls || []).forEach((call) => {
+        const card = toolCard(call.id, call.function.name, message.id);
+        const decision = (meta.decisions || {})[call.id] || "done";
+        card.querySelector(".args").textContent = call.function.arguments;
+        card.querySelector(".badge").textContent = decision.replace("_", " ");
+        card.querySelector(".badge").className = "badge " + decision;
+      });
+      node.querySelector(".text").textContent = message.content || "";
+      node.dataset.complete = "1";
+      if (meta.status === "cancelled") markMessage(message.id, "stopped");
+      if (meta.status === "failed") node.classList.add("failed");
+    });
+    ui.empty.hidden = frame.messages.length > 0;
+  }
+
+  function addApproval(interrupt) {
+    if (state.pending.has(interrupt.id)) return;
+    const meta = interrupt.metadata || {};
+    const card = el("div", "approval");
+    card.dataset.action = interrupt.id;
+    const text = el("p", "", interrupt.message || ("Confirm " + meta.operation + "?"));
+    const buttons = el("div", "buttons");
+    const approve = el("button", "primary", "Approve");
+    const reject = el("button", "ghost", "Reject");
+    approve.type = reject.type = "button";
+    approve.onclick = () => decide(interrupt.id, "confirm", card);
+    reject.onclick = () => decide(interrupt.id, "reject", card);
+    buttons.append(approve, reject);
+    card.append(text, buttons);
+    ui.approvals.append(card);
+    state.pending.set(interrupt.id, card);
+  }
+
+  function decide(actionId, type, card) {
+    if (send({ type: type, action: actionId })) {
+      card.querySelectorAll("button").forEach((button) => { button.disabled = true; });
+      removeApproval(actionId);
+    }
+  }
+
+  function removeApproval(actionId) {
+    const card = actionId && state.pending.get(actionId);
+    if (card) {
+      card.remove();
+      state.pending.delete(actionId);
+    }
+  }
+
+  function setRunning(runId) {
+    state.running = runId;
+    ui.stop.hidden = !runId;
+    ui.send.hidden = !!runId;
+  }
+
+  function showNotice(text, isError) {
+    ui.notice.textContent = text;
+    ui.notice.classList.toggle("error", !!isError);
+    ui.notice.hidden = false;
+    clearTimeout(showNotice.timer);
+    showNotice.timer = setTimeout(() => { ui.notice.hidden = true; }, 8000);
+  }
+
+  function scrollDown() { ui.messages.scrollTop = ui.messages.scrollHeight; }
+
+  // ---- conversations ------------------------------------------------------------------------
+
+  function openConversation(id, options) {
+    state.conversation = id;
+    const url = new URL(location.href);
+    if (id) url.searchParams.set("c", id); else url.searchParams.delete("c");
+    history.replaceState(null, "", url);
+    if (!(options && options.keep)) {
+      ui.messages.querySelectorAll(".bubble").forEach((node) => node.remove());
+      ui.empty.hidden = false;
+      setRunning(null);
+      if (id) resume(id);
+    }
+    highlight();
+  }
+
+  function loadConversations() {
+    fetch(root.dataset.conversations, { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then((response) => (response.ok ? response.json() : { results: [] }))
+      .then((page) => {
+        ui.conversations.replaceChildren(...page.results.map((conversation) => {
+          const link = el("a", "", conversation.title || "Untitled");
+          link.href = "?c=" + conversation.id;
+          link.dataset.id = conversation.id;
+          link.onclick = (event) => {
+            event.preventDefault();
+            ui.sidebar.classList.remove("open");
+            openConversation(conversation.id);
+          };
+          return link;
+        }));
+        highlight();
+      })
+      .catch(() => {});
+  }
+
+  function highlight() {
+    ui.conversations.querySelectorAll("a").forEach((link) => {
+      link.setAttribute("aria-current", String(link.dataset.id === state.conversation));
+      if (link.dataset.id === state.conversation) ui.title.textContent = link.textContent;
+    });
+    if (!state.conversation) ui.title.textContent = "New conversation";
+  }
+
+  // ---- composer -----------------------------------------------------------------------------
+
+  $("composer").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const text = ui.input.value.trim();
+    if (!text || state.running) return;
+    const frame = { type: "message", text: text };
+    if (state.conversation) frame.conversation = state.conversation;
+    else state.awaitingNew = true;
+    if (send(frame)) ui.input.value = "";
+  });
+  ui.input.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey) {
+      event.preventDefault();
+      $("composer").requestSubmit();
+    }
+  });
+  ui.stop.addEventListener("click", () => send({ type: "cancel", conversation: state.conversation, run: state.running }));
+  $("new-conversation").addEventListener("click", () => openConversation(null));
+  $("toggle-sidebar").addEventListener("click", () => ui.sidebar.classList.toggle("open"));
+
+  loadConversations();
+  connect();
+})();
