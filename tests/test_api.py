@@ -20,7 +20,16 @@ from assistant.models import AuditEntry, Conversation, Message, PendingAction
 from tests.testapp.models import Order
 
 API = "/assistant/api"
-PUBLIC_TOOLS = ["apong", "echo_types", "explode", "forbid", "ping", "show_capabilities"]
+PUBLIC_TOOLS = [
+    "apong",
+    "echo_types",
+    "explode",
+    "forbid",
+    "ping",
+    "show_capabilities",
+    "slow",
+    "slow_sync",
+]
 ALL_TOOLS = sorted(
     [
         *PUBLIC_TOOLS,

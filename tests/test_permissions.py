@@ -16,7 +16,16 @@ from tests.testapp.models import Order
 
 pytestmark = pytest.mark.django_db
 
-PUBLIC = {"show_capabilities", "ping", "apong", "explode", "forbid", "echo_types"}
+PUBLIC = {
+    "show_capabilities",
+    "ping",
+    "apong",
+    "explode",
+    "forbid",
+    "echo_types",
+    "slow",
+    "slow_sync",
+}
 
 
 def operations(user):
