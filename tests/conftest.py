@@ -76,3 +76,78 @@ def reader(make_user: Callable[..., Any]) -> Any:
 def clerk(make_user: Callable[..., Any]) -> Any:
     """May read, change and approve orders globally."""
     return make_user("clerk", "testapp.view_order", "testapp.change_order", "testapp.approve_order")
+
+
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def redis_available() -> bool:
+    try:
+        import redis
+
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1).ping()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.fixture(autouse=True)
+def _requires_redis(request: pytest.FixtureRequest) -> None:
+    """``@pytest.mark.redis`` tests skip without a Redis server, or fail when services are required."""
+    if request.node.get_closest_marker("redis") and not redis_available():
+        reason = f"needs Redis at {REDIS_URL}"
+        if REQUIRE_SERVICES:
+            pytest.fail(f"ASSISTANT_REQUIRE_SERVICES=1: {reason}")
+        pytest.skip(reason)
+
+
+@pytest.fixture
+def redis_channel_layer(settings: Any) -> Any:
+    """The channels-redis layer on the local Redis, with a prefix of its own for this test."""
+    import uuid
+
+    from channels.layers import channel_layers
+
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": f"test-{uuid.uuid4().hex[:8]}"},
+        }
+    }
+    channel_layers.backends.clear()
+    yield settings.CHANNEL_LAYERS
+    channel_layers.backends.clear()
+
+
+@pytest.fixture
+def asgi_live_server(transactional_db: None) -> Any:
+    """The test project's ASGI app served by uvicorn on 127.0.0.1 in a thread; yields its URL.
+
+    In-process, so it shares the test database (in-memory SQLite included).
+    """
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    from tests.asgi import application
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(
+            application, host="127.0.0.1", port=port, lifespan="off", log_level="warning"
+        )
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the test ASGI server did not start")
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
