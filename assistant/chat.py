@@ -10,30 +10,23 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from asgiref.sync import ThreadSensitiveContext, async_to_sync, sync_to_async
-from channels.layers import get_channel_layer
-from django.db import connections, transaction
+from asgiref.sync import async_to_sync, sync_to_async
+from django.db import transaction
 
 from . import events
 from .conf import assistant_settings
-from .dispatch import Outcome, acancel_action, aconfirm_action, adispatch
-from .eventlog import event_log
+from .dispatch import DispatchCancelled, Outcome, acancel_action, aconfirm_action, adispatch
 from .exceptions import AssistantError, ConversationNotFound, InvalidMessage
 from .lifecycle import CancellationToken
 from .models import Conversation, Message, PendingAction
 from .registry import ToolRegistry, registry
+from .runner import Publisher, keep, lane, loop_state
 
 logger = logging.getLogger("assistant.chat")
 NOTHING_TO_DO = "I could not find anything to do with that. Ask “what can you do?” to see my tools."
 TURN_FAILED = (
     "Sorry, something went wrong while answering; your message is saved. Please try again."
 )
-CANCELLED_NOTE = "(stopped)"
-
-
-def group_name(thread_id: Any) -> str:
-    """The channel-layer group every socket watching a conversation joins."""
-    return f"assistant.conversation.{thread_id}"
 
 
 @dataclass(kw_only=True, slots=True)
@@ -47,7 +40,11 @@ class TurnResult:
 
     @property
     def pending_actions(self) -> list[Any]:
-        return [o.pending_action for o in self.outcomes if o.pending_action is not None]
+        return [
+            o.pending_action
+            for o in self.outcomes
+            if o.decision == "confirmation_requested" and o.pending_action is not None
+        ]
 
 
 def check_message(text: Any) -> str:
@@ -154,21 +151,17 @@ class Turn:
         self.frames: list[dict[str, Any]] = []
         self._parts: list[str] = []
         self._text_open = False
+        self.publisher = Publisher(self.thread_id)
 
     @property
     def text(self) -> str:
         return "".join(self._parts)
 
     async def emit(self, event: Any) -> dict[str, Any]:
-        """Number the event, keep it for replay, and send it to every socket on the conversation."""
+        """Queue the event for every socket on the conversation (numbered when it is sent)."""
         frame = events.frame(event, thread_id=self.thread_id, run_id=self.run_id)
-        await event_log().append(self.thread_id, frame)
         self.frames.append(frame)
-        layer = get_channel_layer()
-        if layer is not None:
-            await layer.group_send(
-                group_name(self.thread_id), {"type": "assistant.event", "frame": frame}
-            )
+        self.publisher.put(frame)
         return frame
 
     async def say(self, delta: str) -> None:
@@ -200,23 +193,30 @@ class Turn:
         if not announced:
             shown = self._shown_entities(operation, entities)
             await self.announce_call(tool_call_id, operation, json.dumps(shown))
-        outcome = await adispatch(
-            operation,
-            entities,
-            user=self.user,
-            conversation=self.conversation,
-            source=self.source,
-            request_ip=self.request_ip,
-            site=self.site,
-            cancel=self.cancel.child(),
-        )
+        try:
+            outcome = await adispatch(
+                operation,
+                entities,
+                user=self.user,
+                conversation=self.conversation,
+                source=self.source,
+                request_ip=self.request_ip,
+                site=self.site,
+                cancel=self.cancel.child(),
+            )
+        except DispatchCancelled as stopped:
+            await asyncio.shield(self.record(stopped.outcome, tool_call_id))
+            raise
         await self.record(outcome, tool_call_id)
         return outcome
 
     def _shown_entities(self, operation: str, entities: Any) -> Any:
-        if operation in self.site and isinstance(entities, dict):
+        if not isinstance(entities, dict):
+            # Unparseable arguments may hold anything, a secret included: never show them.
+            return {} if not entities else {"entities": assistant_settings.REDACTED}
+        if operation in self.site:
             return self.site.get(operation).redact(entities, assistant_settings.REDACTED)
-        return entities or {}
+        return dict.fromkeys(entities, assistant_settings.REDACTED)
 
     async def record(self, outcome: Outcome, tool_call_id: str) -> None:
         """Remember an outcome and stream its result (and any approval it waits for)."""
@@ -227,7 +227,7 @@ class Turn:
             events.tool_call_result(f"{tool_call_id}-result", tool_call_id, outcome.text)
         )
         await self.emit(events.custom("assistant.outcome", record))
-        if outcome.pending_action is not None:
+        if outcome.decision == "confirmation_requested" and outcome.pending_action is not None:
             self.interrupts.append(
                 events.confirmation_interrupt(
                     outcome.pending_action, tool_call_id, outcome.entities
@@ -236,8 +236,6 @@ class Turn:
 
     async def finish(self, status: str, error: AssistantError | None = None) -> Message:
         """Store the assistant message and close the run: finished, interrupted, cancelled or failed."""
-        if status == Message.Status.CANCELLED and not self._parts:
-            await self.say(CANCELLED_NOTE)
         if status == Message.Status.FAILED and not self._parts:
             self._parts.append(error.message if error else TURN_FAILED)
         if self._text_open:
@@ -276,25 +274,11 @@ class Turn:
 Work = Callable[[Turn], Awaitable[None]]
 
 
-async def _listen_for_cancel(turn: Turn, channel: str) -> None:
-    layer = get_channel_layer()
-    assert layer is not None
-    while True:
-        message = await layer.receive(channel)
-        if message.get("type") == "assistant.cancel" and message.get("run") in (None, turn.run_id):
-            turn.cancel.cancel()
-
-
 async def execute(turn: Turn, work: Work) -> Message:
     """Run ``work`` as one AG-UI run; whatever happens, the run ends stored and announced."""
     loop = asyncio.get_running_loop()
-    layer = get_channel_layer()
-    channel = None
-    listener = None
-    if layer is not None:
-        channel = await layer.new_channel()
-        await layer.group_add(group_name(turn.thread_id), channel)
-        listener = asyncio.ensure_future(_listen_for_cancel(turn, channel))
+    stops = loop_state().stops
+    await stops.register(turn.thread_id, turn.run_id, turn.cancel)
     await turn.emit(events.run_started(turn.thread_id, turn.run_id))
     if turn.user_message is not None:
         await _echo_user_message(turn, turn.user_message)
@@ -317,13 +301,11 @@ async def execute(turn: Turn, work: Work) -> Message:
         status = Message.Status.FAILED
     finally:
         stop()
-        if listener is not None:
-            listener.cancel()
     try:
         message = await asyncio.shield(turn.finish(status, error))
     finally:
-        if layer is not None and channel is not None:
-            await layer.group_discard(group_name(turn.thread_id), channel)
+        await stops.unregister(turn.thread_id, turn.run_id)
+        await turn.publisher.close()
     if shutdown:
         raise asyncio.CancelledError
     return message
@@ -382,34 +364,14 @@ async def run_started_turn(turn: Turn, work: Work | None = None) -> TurnResult:
     )
 
 
-# Turns outlive the socket that started them; keep a reference so they are not collected.
-RUNNING: set[asyncio.Task[Any]] = set()
-_slots: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
-
-
-def _slot() -> asyncio.Semaphore:
-    loop = asyncio.get_running_loop()
-    if loop not in _slots:
-        _slots.clear()  # a new loop (tests): the old semaphore belongs to a closed one
-        _slots[loop] = asyncio.Semaphore(int(assistant_settings.MAX_CONCURRENT_TURNS))
-    return _slots[loop]
-
-
-async def _isolated(turn: Turn, work: Work | None) -> TurnResult:
-    """A turn in its own sync thread, so a slow sync handler blocks only its own turn."""
-    async with _slot(), ThreadSensitiveContext():
-        try:
-            return await run_started_turn(turn, work)
-        finally:
-            await sync_to_async(connections.close_all)()
+async def _in_lane(turn: Turn, work: Work | None) -> TurnResult:
+    async with lane():
+        return await run_started_turn(turn, work)
 
 
 def launch(turn: Turn, work: Work | None = None) -> asyncio.Task[TurnResult]:
-    """Run a turn in the background, independent of the socket that asked for it."""
-    task = asyncio.ensure_future(_isolated(turn, work))
-    RUNNING.add(task)
-    task.add_done_callback(RUNNING.discard)
-    return task
+    """Run a turn in the background on a lane, independent of the socket that asked for it."""
+    return keep(asyncio.ensure_future(_in_lane(turn, work)))
 
 
 def run_turn(

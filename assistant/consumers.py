@@ -16,7 +16,6 @@ from .chat import (
     check_message,
     conversation_for,
     decision_turn,
-    group_name,
     launch,
     start_turn,
 )
@@ -24,6 +23,7 @@ from .conf import assistant_settings
 from .eventlog import event_log
 from .exceptions import AssistantError
 from .models import Message, PendingAction
+from .runner import group_name, request_stop
 
 logger = logging.getLogger("assistant.consumers")
 UNAUTHENTICATED = 4401
@@ -139,9 +139,7 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         if not thread_id:
             raise FrameError("Nothing to cancel on this connection.", code="nothing_to_cancel")
         conversation = await sync_to_async(conversation_for)(self.user, thread_id)
-        await self.channel_layer.group_send(
-            group_name(conversation.pk), {"type": "assistant.cancel", "run": content.get("run")}
-        )
+        await request_stop(str(conversation.pk), content.get("run"))
 
     async def on_resume(self, content: dict[str, Any]) -> None:
         conversation = await sync_to_async(conversation_for)(
@@ -170,11 +168,9 @@ class AssistantConsumer(AsyncWebsocketConsumer):
 
     # -- channel-layer messages ----------------------------------------------------------------
 
-    async def assistant_event(self, message: dict[str, Any]) -> None:
-        await self.send_frame(message["frame"])
-
-    async def assistant_cancel(self, message: dict[str, Any]) -> None:
-        """Cancels are for the turn runner listening on the same group; sockets ignore them."""
+    async def assistant_events(self, message: dict[str, Any]) -> None:
+        for frame in message["frames"]:
+            await self.send_frame(frame)
 
     # -- helpers ----------------------------------------------------------------------------
 

@@ -435,6 +435,14 @@ async def adispatch(
     return await _aaudited(call, outcome)
 
 
+class DispatchCancelled(asyncio.CancelledError):
+    """The run was stopped while a handler ran; carries the audited ``cancelled`` outcome."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__("stopped while running")
+        self.outcome = outcome
+
+
 async def _run_cancellable(call: _Call, confirmed: bool) -> Outcome:
     """Await the handler; if the run is stopped meanwhile, the audit still says so."""
     try:
@@ -446,7 +454,7 @@ async def _run_cancellable(call: _Call, confirmed: bool) -> Outcome:
             error_summary="stopped while running",
         )
         await asyncio.shield(_aaudited(call, outcome))
-        raise
+        raise DispatchCancelled(outcome) from None
 
 
 def _confirm_checks(

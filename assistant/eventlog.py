@@ -29,6 +29,9 @@ class EventLog(Protocol):
     async def append(self, thread_id: str, frame: dict[str, Any]) -> int:
         """Number ``frame`` (sets its ``seq``), keep it, and return the number."""
 
+    async def append_many(self, thread_id: str, frames: list[dict[str, Any]]) -> int:
+        """Number and keep several frames at once, in order; returns the last number."""
+
     async def since(self, thread_id: str, after: int) -> Replay:
         """Frames numbered above ``after`` (and whether any in between were already dropped)."""
 
@@ -42,11 +45,15 @@ class MemoryEventLog:
         self._logs: dict[str, tuple[list[int], deque[dict[str, Any]]]] = {}
 
     async def append(self, thread_id: str, frame: dict[str, Any]) -> int:
+        return await self.append_many(thread_id, [frame])
+
+    async def append_many(self, thread_id: str, frames: list[dict[str, Any]]) -> int:
         with self._lock:
-            counter, frames = self._logs.setdefault(thread_id, ([0], deque(maxlen=self.keep)))
-            counter[0] += 1
-            frame["seq"] = counter[0]
-            frames.append(frame)
+            counter, kept = self._logs.setdefault(thread_id, ([0], deque(maxlen=self.keep)))
+            for frame in frames:
+                counter[0] += 1
+                frame["seq"] = counter[0]
+                kept.append(frame)
             return counter[0]
 
     async def since(self, thread_id: str, after: int) -> Replay:
@@ -83,17 +90,24 @@ class RedisEventLog:
         return f"assistant:events:{thread_id}:seq", f"assistant:events:{thread_id}:frames"
 
     async def append(self, thread_id: str, frame: dict[str, Any]) -> int:
+        return await self.append_many(thread_id, [frame])
+
+    async def append_many(self, thread_id: str, frames: list[dict[str, Any]]) -> int:
         client = self._client()
         seq_key, frames_key = self._keys(thread_id)
-        seq = int(await client.incr(seq_key))
-        frame["seq"] = seq
+        last = int(await client.incrby(seq_key, len(frames)))
+        for offset, frame in enumerate(frames):
+            frame["seq"] = last - len(frames) + 1 + offset
         async with client.pipeline(transaction=True) as pipe:
-            pipe.zadd(frames_key, {json.dumps(frame, separators=(",", ":")): seq})
+            pipe.zadd(
+                frames_key,
+                {json.dumps(frame, separators=(",", ":")): frame["seq"] for frame in frames},
+            )
             pipe.zremrangebyrank(frames_key, 0, -self.keep - 1)
             pipe.expire(frames_key, self.ttl)
             pipe.expire(seq_key, self.ttl)
             await pipe.execute()
-        return seq
+        return last
 
     async def since(self, thread_id: str, after: int) -> Replay:
         client = self._client()

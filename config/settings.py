@@ -70,7 +70,19 @@ DATABASES = {
 REDIS_URL = os.environ.get("REDIS_URL")
 CHANNEL_LAYERS = {
     "default": (
-        {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}
+        {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {
+                # redis-py 8 reads with a 5 s socket timeout and caps a pool at 100 connections
+                # by default: the layer's blocking receive must wait, and bursts need room.
+                "hosts": [
+                    {"address": REDIS_URL, "socket_timeout": None, "max_connections": 1000}
+                ],
+                # every socket of a process shares one queue: 100 (the default) drops events
+                # under load; a dropped event is a reply the user never sees.
+                "capacity": 5000,
+            },
+        }
         if REDIS_URL
         else {"BACKEND": "channels.layers.InMemoryChannelLayer"}
     )
@@ -102,7 +114,14 @@ LOGOUT_REDIRECT_URL = "login"
 ASSISTANT = {
     "RESOURCES": {"users": "auth.User"},
     "CONFIRMATION_TTL": 600,
-    "PLANNER": "keywords",
+    "PLANNER": os.environ.get("ASSISTANT_PLANNER", "keywords"),
+    # with Redis, replay after a reconnect works across server processes
+    "EVENT_LOG": REDIS_URL,
+    "LLM": {
+        "BASE_URL": os.environ.get("ASSISTANT_LLM_BASE_URL"),
+        "MODEL": os.environ.get("ASSISTANT_LLM_MODEL", "gpt-4o-mini"),
+        "FALLBACK_TO_KEYWORDS": True,
+    },
 }
 
 LOGGING = {

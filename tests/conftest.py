@@ -111,7 +111,12 @@ def redis_channel_layer(settings: Any) -> Any:
     settings.CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": f"test-{uuid.uuid4().hex[:8]}"},
+            "CONFIG": {
+                # redis-py 8's default 5 s read timeout breaks the layer's blocking receive
+                "hosts": [{"address": REDIS_URL, "socket_timeout": None, "max_connections": 1000}],
+                "capacity": 5000,
+                "prefix": f"test-{uuid.uuid4().hex[:8]}",
+            },
         }
     }
     channel_layers.backends.clear()

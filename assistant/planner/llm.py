@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import openai
 from asgiref.sync import sync_to_async
 
 from .. import events
+from ..chat import redact_message
 from ..conf import assistant_settings
 from ..dispatch import Outcome
 from ..exceptions import AssistantError
 from ..models import Message
+from . import Intent
 
 if TYPE_CHECKING:
     from ..chat import Turn
@@ -99,9 +103,11 @@ class LLMPlanner:
                 if not calls:
                     return
                 for call in calls:
-                    outcome = await turn.call(
-                        call["name"], _arguments(call["arguments"]), tool_call_id=call["id"]
-                    )
+                    arguments = _arguments(call["arguments"])
+                    outcome = await turn.call(call["name"], arguments, tool_call_id=call["id"])
+                    if isinstance(arguments, dict) and turn.user_message is not None:
+                        intent = Intent(operation=call["name"], entities=arguments, source="llm")
+                        await sync_to_async(redact_message)(turn.user_message, [intent], turn.site)
                     messages.append(
                         {
                             "role": "tool",
@@ -126,6 +132,7 @@ class LLMPlanner:
         """One streamed model call: speak its text, return the tool calls it made."""
         text: list[str] = []
         calls: dict[int, dict[str, str]] = {}
+        timeout = float(config["TIMEOUT"])
         try:
             stream: Any = await client.chat.completions.create(
                 model=config["MODEL"],
@@ -134,7 +141,7 @@ class LLMPlanner:
                 temperature=config["TEMPERATURE"],
                 stream=True,
             )
-            async for chunk in stream:
+            async for chunk in _bounded(stream, timeout):
                 for choice in chunk.choices:
                     delta = choice.delta
                     if delta.content:
@@ -175,6 +182,22 @@ class LLMPlanner:
                 }
             )
         return ordered
+
+
+async def _bounded(stream: Any, seconds: float) -> AsyncIterator[Any]:
+    """The stream's chunks, each within ``seconds`` (keep-alive comments do not count)."""
+    chunks = stream.__aiter__()
+    try:
+        while True:
+            try:
+                chunk = await asyncio.wait_for(anext(chunks), seconds)
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                raise LLMUnavailable("The language model stopped answering.") from None
+            yield chunk
+    finally:
+        await stream.close()
 
 
 def _arguments(raw: str) -> Any:

@@ -113,12 +113,16 @@
     RUN_FINISHED(frame) {
       const outcome = frame.outcome || {};
       if (outcome.type === "interrupt") outcome.interrupts.forEach(addApproval);
-      if (outcome.type === "cancelled" && frame.result) markMessage(frame.result.message, "stopped");
+      if (outcome.type === "cancelled") {
+        if (frame.result) markMessage(frame.result.message, "stopped");
+        settleCards("cancelled");
+      }
       setRunning(null);
       loadConversations();
     },
     RUN_ERROR(frame) {
       showNotice(frame.message, true);
+      settleCards("failed");
       setRunning(null);
       loadConversations();
     },
@@ -174,12 +178,20 @@
       card = el("details", "tool");
       card.id = "t-" + id;
       const summary = el("summary");
-      summary.append(el("span", "", "⚙"), el("code", "", name || "tool"), el("span", "badge", "running"));
+      summary.append(el("span", "", "⚙"), el("code", "", name || "tool"), el("span", "badge running", "running"));
       card.append(summary, el("pre", "args"), el("pre", "result"));
       host.querySelector(".tools").append(card);
       scrollDown();
     }
     return card;
+  }
+
+  // Cards a finished run left without a decision (its events were cut short) get one.
+  function settleCards(decision) {
+    ui.messages.querySelectorAll(".badge.running").forEach((badge) => {
+      badge.textContent = decision;
+      badge.className = "badge " + decision;
+    });
   }
 
   function markMessage(id, label) {
@@ -245,6 +257,7 @@
     state.running = runId;
     ui.stop.hidden = !runId;
     ui.send.hidden = !!runId;
+    root.classList.toggle("running", !!runId);
   }
 
   function showNotice(text, isError) {
@@ -283,7 +296,7 @@
           link.dataset.id = conversation.id;
           link.onclick = (event) => {
             event.preventDefault();
-            ui.sidebar.classList.remove("open");
+            closeSidebar();
             openConversation(conversation.id);
           };
           return link;
@@ -319,8 +332,16 @@
     }
   });
   ui.stop.addEventListener("click", () => send({ type: "cancel", conversation: state.conversation, run: state.running }));
-  $("new-conversation").addEventListener("click", () => openConversation(null));
+  $("new-conversation").addEventListener("click", () => {
+    closeSidebar();
+    openConversation(null);
+    ui.input.focus();
+  });
   $("toggle-sidebar").addEventListener("click", () => ui.sidebar.classList.toggle("open"));
+  $("backdrop").addEventListener("click", closeSidebar);
+  document.addEventListener("keydown", (event) => { if (event.key === "Escape") closeSidebar(); });
+
+  function closeSidebar() { ui.sidebar.classList.remove("open"); }
 
   loadConversations();
   connect();

@@ -1,0 +1,204 @@
+"""Where turns run: worker lanes, batched publishing of their events, and stop requests.
+
+Per server process and event loop there are ``MAX_CONCURRENT_TURNS`` lanes, each one sync
+thread that keeps its database connection between turns; one channel that receives stop
+requests for every turn running here; and, per turn, a publisher that numbers its frames, keeps
+them for replay and sends them to the conversation's sockets a burst at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from channels.layers import get_channel_layer
+from django.db import close_old_connections
+
+from .conf import assistant_settings
+from .eventlog import event_log
+
+if TYPE_CHECKING:
+    from .lifecycle import CancellationToken
+
+logger = logging.getLogger("assistant.runner")
+BATCH_WINDOW = 0.005  # seconds a publisher waits to gather a burst of frames into one send
+
+
+def group_name(thread_id: Any) -> str:
+    """The channel-layer group every socket watching a conversation joins."""
+    return f"assistant.conversation.{thread_id}"
+
+
+def cancel_group_name(thread_id: Any) -> str:
+    """The group of the processes running a turn on this conversation, for stop requests."""
+    return f"assistant.cancel.{thread_id}"
+
+
+class Publisher:
+    """Numbers a turn's frames, keeps them for replay and sends them, in order, in bursts."""
+
+    def __init__(self, thread_id: str) -> None:
+        self.thread_id = thread_id
+        self._pending: list[dict[str, Any]] = []
+        self._wakeup = asyncio.Event()
+        self._closing = False
+        self._task: asyncio.Task[None] | None = None
+
+    def put(self, frame: dict[str, Any]) -> None:
+        self._pending.append(frame)
+        self._wakeup.set()
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            if not self._closing:
+                await asyncio.sleep(BATCH_WINDOW)
+            batch, self._pending = self._pending, []
+            if batch:
+                await self._send(batch)
+            if self._closing and not self._pending:
+                return
+
+    async def _send(self, batch: list[dict[str, Any]]) -> None:
+        await event_log().append_many(self.thread_id, batch)
+        layer = get_channel_layer()
+        if layer is not None:
+            await layer.group_send(
+                group_name(self.thread_id), {"type": "assistant.events", "frames": batch}
+            )
+
+    async def close(self) -> None:
+        """Send whatever is still pending and stop; every frame has its ``seq`` afterwards."""
+        self._closing = True
+        self._wakeup.set()
+        if self._task is not None:
+            await asyncio.shield(self._task)
+
+
+class StopRequests:
+    """One channel per process receiving stop requests for every turn that runs here."""
+
+    def __init__(self) -> None:
+        self.channel: str | None = None
+        self._ready: asyncio.Future[str] | None = None
+        self._tokens: dict[str, dict[str, CancellationToken]] = {}
+        self._listener: asyncio.Future[None] | None = None
+
+    async def _channel(self) -> str:
+        if self._ready is None:
+            self._ready = asyncio.get_running_loop().create_future()
+            layer = get_channel_layer()
+            assert layer is not None
+            channel = await layer.new_channel()
+            self._listener = asyncio.ensure_future(self._listen(channel))
+            self._ready.set_result(channel)
+        return await self._ready
+
+    async def _listen(self, channel: str) -> None:
+        layer = get_channel_layer()
+        assert layer is not None
+        while True:
+            try:
+                message = await layer.receive(channel)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("Receiving stop requests failed; retrying")
+                await asyncio.sleep(1)
+                continue
+            runs = self._tokens.get(message.get("thread", ""), {})
+            for run_id, token in list(runs.items()):
+                if message.get("run") in (None, run_id):
+                    token.cancel()
+
+    async def register(self, thread_id: str, run_id: str, token: CancellationToken) -> None:
+        if get_channel_layer() is None:
+            return
+        channel = await self._channel()
+        runs = self._tokens.setdefault(thread_id, {})
+        first = not runs
+        runs[run_id] = token
+        if first:
+            await get_channel_layer().group_add(cancel_group_name(thread_id), channel)
+
+    async def unregister(self, thread_id: str, run_id: str) -> None:
+        runs = self._tokens.get(thread_id)
+        if runs is None:
+            return
+        runs.pop(run_id, None)
+        if not runs:
+            del self._tokens[thread_id]
+            layer = get_channel_layer()
+            if layer is not None and self._ready is not None:
+                await layer.group_discard(cancel_group_name(thread_id), await self._ready)
+
+
+async def request_stop(thread_id: str, run_id: str | None = None) -> None:
+    """Ask whichever process runs a turn on this conversation to stop it (or one run of it)."""
+    layer = get_channel_layer()
+    if layer is not None:
+        await layer.group_send(
+            cancel_group_name(thread_id),
+            {"type": "assistant.cancel", "thread": str(thread_id), "run": run_id},
+        )
+
+
+class _LoopState:
+    """What belongs to one event loop: its lanes and its stop-request channel."""
+
+    def __init__(self, lanes: int) -> None:
+        self.lanes: asyncio.Queue[ThreadPoolExecutor] = asyncio.Queue()
+        for index in range(lanes):
+            self.lanes.put_nowait(
+                ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"assistant-turn-{index}")
+            )
+        self.stops = StopRequests()
+
+
+_states: dict[asyncio.AbstractEventLoop, _LoopState] = {}
+
+
+def loop_state() -> _LoopState:
+    loop = asyncio.get_running_loop()
+    state = _states.get(loop)
+    if state is None:
+        for old in [old for old in _states if old.is_closed()]:
+            stale = _states.pop(old)  # a closed loop's lanes and listener are gone with it
+            while not stale.lanes.empty():
+                stale.lanes.get_nowait().shutdown(wait=False)
+        state = _states[loop] = _LoopState(int(assistant_settings.MAX_CONCURRENT_TURNS))
+    return state
+
+
+@asynccontextmanager
+async def lane() -> AsyncIterator[None]:
+    """Run the body's sync work on a free lane: one thread, its own database connection."""
+    lanes = loop_state().lanes
+    executor = await lanes.get()
+    try:
+        async with ThreadSensitiveContext(executor=executor):
+            await sync_to_async(close_old_connections)()
+            try:
+                yield
+            finally:
+                await sync_to_async(close_old_connections)()
+    finally:
+        lanes.put_nowait(executor)
+
+
+RUNNING: set[asyncio.Task[Any]] = set()
+
+
+def keep(task: asyncio.Task[Any]) -> asyncio.Task[Any]:
+    """Hold a reference to a background turn so it is not collected while it runs."""
+    RUNNING.add(task)
+    task.add_done_callback(RUNNING.discard)
+    return task

@@ -1,0 +1,221 @@
+"""Websocket load: N clients × M messages against the example project on a real ASGI server.
+
+Run: ``.venv/bin/python tests/benchmarks/ws_load.py [--clients 200] [--messages 5]``
+It needs PostgreSQL (127.0.0.1:5432) and Redis (127.0.0.1:6379): it creates a scratch database,
+serves config.asgi with daphne (or --server uvicorn) on 127.0.0.1, sends every message as a
+keyword-planner turn running a safe tool, and prints throughput, p50/p95/p99 time to
+RUN_FINISHED and turns stored versus sent. Target (issue #3): 200 × 5 on one server process with
+no lost or duplicated turn and p95 under 1 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+ADMIN_URL = "postgres://postgres@127.0.0.1:5432/postgres"
+BENCH_DB = "assistant_ws_bench"
+REDIS_URL = "redis://127.0.0.1:6379/15"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def recreate_database() -> None:
+    import psycopg
+
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {BENCH_DB}")
+
+
+def drop_database() -> None:
+    import psycopg
+
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
+
+
+def server_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        DJANGO_SETTINGS_MODULE="config.settings",
+        DATABASE_URL=f"postgres://postgres@127.0.0.1:5432/{BENCH_DB}",
+        REDIS_URL=REDIS_URL,
+        DJANGO_DEBUG="0",
+        DJANGO_ALLOWED_HOSTS="127.0.0.1,localhost",
+    )
+    return env
+
+
+def prepare(clients: int) -> list[str]:
+    """Migrate the scratch database and sign in one user per client; returns session keys."""
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=server_env(), check=True
+    )
+    os.environ.update(server_env())
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
+    from django.contrib.auth.models import User
+    from django.contrib.sessions.backends.db import SessionStore
+
+    keys = []
+    for index in range(clients):
+        user = User.objects.create_user(f"load-{index}", password="x")
+        session = SessionStore()
+        session[SESSION_KEY] = str(user.pk)
+        session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+        session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+        session.create()
+        keys.append(session.session_key)
+    return keys
+
+
+def start_server(kind: str, port: int) -> subprocess.Popen[bytes]:
+    if kind == "uvicorn":
+        command = ["-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1"]
+        command += ["--port", str(port), "--log-level", "warning", "--lifespan", "off"]
+    else:
+        command = ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"]
+    process = subprocess.Popen(
+        [sys.executable, *command],
+        cwd=ROOT,
+        env=server_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=open(os.environ.get("WS_LOAD_SERVER_LOG", os.devnull), "wb"),  # noqa: SIM115
+    )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return process
+        except OSError:
+            time.sleep(0.1)
+    process.kill()
+    raise RuntimeError("the server did not start")
+
+
+async def client(
+    url: str, session: str, messages: int, latencies: list[float], runs: set[str]
+) -> int:
+    import websockets
+
+    finished = 0
+    async with websockets.connect(
+        url,
+        origin="http://127.0.0.1",
+        additional_headers={"Cookie": f"sessionid={session}"},
+        open_timeout=30,
+        max_size=None,
+    ) as ws:
+        conversation = None
+        for _ in range(messages):
+            frame: dict[str, object] = {"type": "message", "text": "who am i"}
+            if conversation:
+                frame["conversation"] = conversation
+            started = time.perf_counter()
+            await ws.send(json.dumps(frame))
+            while True:
+                event = json.loads(await asyncio.wait_for(ws.recv(), timeout=60))
+                if event["type"] == "RUN_FINISHED":
+                    latencies.append(time.perf_counter() - started)
+                    conversation = event["threadId"]
+                    runs.add(event["runId"])
+                    finished += 1
+                    break
+                if event["type"] == "RUN_ERROR":
+                    raise RuntimeError(event)
+    return finished
+
+
+async def load(
+    port: int, sessions: list[str], messages: int
+) -> tuple[float, list[float], set[str], int]:
+    url = f"ws://127.0.0.1:{port}/ws/assistant/"
+    latencies: list[float] = []
+    runs: set[str] = set()
+    started = time.perf_counter()
+    results = await asyncio.gather(
+        *(client(url, key, messages, latencies, runs) for key in sessions), return_exceptions=True
+    )
+    elapsed = time.perf_counter() - started
+    failures = [r for r in results if isinstance(r, BaseException)]
+    for failure in failures[:3]:
+        print("  client failed:", repr(failure)[:200])
+    return elapsed, latencies, runs, len(failures)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=200)
+    parser.add_argument("--messages", type=int, default=5)
+    parser.add_argument("--server", choices=["daphne", "uvicorn"], default="daphne")
+    args = parser.parse_args()
+
+    recreate_database()
+    server = None
+    try:
+        sessions = prepare(args.clients)
+        port = free_port()
+        server = start_server(args.server, port)
+        elapsed, latencies, runs, failed = asyncio.run(load(port, sessions, args.messages))
+
+        from assistant.models import AuditEntry, Message
+
+        sent = args.clients * args.messages
+        users = Message.objects.filter(role="user").count()
+        replies = Message.objects.filter(role="assistant", status="complete").count()
+        audits = AuditEntry.objects.filter(decision="executed").count()
+        print(
+            f"[ws_load: {args.clients} clients × {args.messages} messages, one {args.server} process]"
+        )
+        print(f"  turns finished:     {len(latencies)} of {sent} sent ({failed} clients failed)")
+        print(f"  distinct runs:      {len(runs)}")
+        print(
+            f"  stored:             {users} user messages, {replies} complete replies, {audits} audited calls"
+        )
+        print(f"  lost or duplicated: {sent - replies} lost, {max(0, replies - sent)} duplicated")
+        print(f"  throughput:         {len(latencies) / elapsed:.1f} turns/s over {elapsed:.1f} s")
+        if latencies:
+            print(
+                "  time to RUN_FINISHED: "
+                f"p50 {percentile(latencies, 0.50) * 1000:.0f} ms, "
+                f"p95 {percentile(latencies, 0.95) * 1000:.0f} ms, "
+                f"p99 {percentile(latencies, 0.99) * 1000:.0f} ms, "
+                f"mean {statistics.mean(latencies) * 1000:.0f} ms   target p95 < 1000 ms"
+            )
+    finally:
+        if server is not None:
+            server.terminate()
+            try:
+                server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+        from django.db import connections
+
+        connections.close_all()
+        drop_database()
+
+
+if __name__ == "__main__":
+    main()
