@@ -1,10 +1,10 @@
-"""Websocket load: N clients × M messages against the example project on a real ASGI server.
+"""Websocket load: N clients x M messages against the example project on a real ASGI server.
 
 Run: ``.venv/bin/python tests/benchmarks/ws_load.py [--clients 200] [--messages 5]``
 It needs PostgreSQL (127.0.0.1:5432) and Redis (127.0.0.1:6379): it creates a scratch database,
 serves config.asgi with daphne (or --server uvicorn) on 127.0.0.1, sends every message as a
 keyword-planner turn running a safe tool, and prints throughput, p50/p95/p99 time to
-RUN_FINISHED and turns stored versus sent. Target (issue #3): 200 × 5 on one server process with
+RUN_FINISHED and turns stored versus sent. Target (issue #3): 200 x 5 on one server process with
 no lost or duplicated turn and p95 under 1 s.
 """
 
@@ -75,8 +75,11 @@ def prepare(clients: int) -> list[str]:
     from django.contrib.sessions.backends.db import SessionStore
 
     keys = []
-    for index in range(clients):
-        user = User.objects.create_user(f"load-{index}", password="x")
+    users = [User(username=f"load-{index}") for index in range(clients)]
+    for user in users:
+        user.set_unusable_password()  # no hashing: sessions are made here directly
+    User.objects.bulk_create(users)
+    for user in User.objects.filter(username__startswith="load-"):
         session = SessionStore()
         session[SESSION_KEY] = str(user.pk)
         session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
@@ -162,7 +165,7 @@ async def load(
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def main() -> None:
@@ -187,7 +190,7 @@ def main() -> None:
         replies = Message.objects.filter(role="assistant", status="complete").count()
         audits = AuditEntry.objects.filter(decision="executed").count()
         print(
-            f"[ws_load: {args.clients} clients × {args.messages} messages, one {args.server} process]"
+            f"[ws_load: {args.clients} clients x {args.messages} messages, one {args.server} process]"
         )
         print(f"  turns finished:     {len(latencies)} of {sent} sent ({failed} clients failed)")
         print(f"  distinct runs:      {len(runs)}")
