@@ -16,9 +16,10 @@ from django.db import transaction
 from . import events
 from .conf import assistant_settings
 from .dispatch import DispatchCancelled, Outcome, acancel_action, aconfirm_action, adispatch
-from .exceptions import AssistantError, ConversationNotFound, InvalidMessage
+from .exceptions import ActionNotFound, AssistantError, ConversationNotFound, InvalidMessage
 from .lifecycle import CancellationToken
 from .models import Conversation, Message, PendingAction
+from .permissions import forget_access
 from .registry import ToolRegistry, registry
 from .runner import Publisher, keep, lane, loop_state
 
@@ -105,18 +106,25 @@ def redact_message(message: Message, intents: list[Any], site: ToolRegistry) -> 
         message.save(update_fields=["text"])
 
 
-def start_turn(user: Any, text: Any, conversation_id: Any = None) -> tuple[Conversation, Message]:
-    """Store the user's message (and a new conversation) before anything else can fail."""
+def start_turn(
+    user: Any, text: Any, conversation: Conversation | Any = None
+) -> tuple[Conversation, Message]:
+    """Store the user's message (and a new conversation) before anything else can fail.
+
+    ``conversation`` is one the caller already checked belongs to ``user``, an id to check,
+    or None for a new conversation.
+    """
     text = check_message(text)
     with transaction.atomic():
-        if conversation_id:
-            conversation = conversation_for(user, conversation_id)
+        if isinstance(conversation, Conversation):
+            pass
+        elif conversation:
+            conversation = conversation_for(user, conversation)
         else:
             conversation = Conversation.objects.create(user=user, title=text[:80])
         message = Message.objects.create(
             conversation=conversation, role=Message.Role.USER, text=text
         )
-        conversation.touch()
     return conversation, message
 
 
@@ -277,6 +285,7 @@ Work = Callable[[Turn], Awaitable[None]]
 async def execute(turn: Turn, work: Work) -> Message:
     """Run ``work`` as one AG-UI run; whatever happens, the run ends stored and announced."""
     loop = asyncio.get_running_loop()
+    forget_access(turn.user)  # a turn, like a request, reads the user's permissions afresh
     stops = loop_state().stops
     await stops.register(turn.thread_id, turn.run_id, turn.cancel)
     await turn.emit(events.run_started(turn.thread_id, turn.run_id))
@@ -374,6 +383,50 @@ def launch(turn: Turn, work: Work | None = None) -> asyncio.Task[TurnResult]:
     return keep(asyncio.ensure_future(_in_lane(turn, work)))
 
 
+async def _message_in_lane(
+    user: Any,
+    text: str,
+    conversation: Any,
+    source: str,
+    request_ip: str | None,
+    on_started: Callable[[Conversation], Awaitable[None]],
+    on_refused: Callable[[AssistantError], Awaitable[None]],
+) -> TurnResult | None:
+    async with lane():
+        try:
+            conversation, message = await sync_to_async(start_turn)(user, text, conversation)
+        except AssistantError as exc:
+            await on_refused(exc)
+            return None
+        await on_started(conversation)
+        turn = Turn(
+            user=user,
+            conversation=conversation,
+            user_message=message,
+            source=source,
+            request_ip=request_ip,
+        )
+        return await run_started_turn(turn)
+
+
+def launch_message(
+    user: Any,
+    text: str,
+    conversation: Any,
+    *,
+    source: str,
+    request_ip: str | None,
+    on_started: Callable[[Conversation], Awaitable[None]],
+    on_refused: Callable[[AssistantError], Awaitable[None]],
+) -> asyncio.Task[TurnResult | None]:
+    """Store a message and run its turn on a lane; ``on_started`` runs before any event is sent."""
+    return keep(
+        asyncio.ensure_future(
+            _message_in_lane(user, text, conversation, source, request_ip, on_started, on_refused)
+        )
+    )
+
+
 def run_turn(
     user: Any,
     text: Any,
@@ -395,16 +448,19 @@ def run_turn(
 
 
 def decision_turn(user: Any, action_id: Any, *, confirm: bool, source: str) -> Turn:
-    """A run for answering a pending action, on the action's conversation (or a new one)."""
+    """A run for answering one of the user's pending actions, on its conversation (or a new one)."""
+    try:
+        pk = uuid.UUID(str(action_id))
+    except ValueError:
+        raise ActionNotFound("No such pending action is waiting for you.") from None
     action = (
-        PendingAction.objects.owned_by(user)
-        .select_related("conversation")
-        .filter(pk=action_id)
-        .first()
+        PendingAction.objects.owned_by(user).select_related("conversation").filter(pk=pk).first()
     )
-    conversation = action.conversation if action is not None else None
+    if action is None:
+        raise ActionNotFound("No such pending action is waiting for you.")
+    conversation = action.conversation
     if conversation is None:
-        title = f"{'Confirm' if confirm else 'Reject'} {action.operation if action else 'action'}"
+        title = f"{'Confirm' if confirm else 'Reject'} {action.operation}"
         conversation = Conversation.objects.create(user=user, title=title)
     return Turn(user=user, conversation=conversation, user_message=None, source=source)
 

@@ -17,12 +17,12 @@ from .chat import (
     conversation_for,
     decision_turn,
     launch,
-    start_turn,
+    launch_message,
 )
 from .conf import assistant_settings
 from .eventlog import event_log
 from .exceptions import AssistantError
-from .models import Message, PendingAction
+from .models import Conversation, Message, PendingAction
 from .runner import group_name, request_stop
 
 logger = logging.getLogger("assistant.consumers")
@@ -40,7 +40,7 @@ class AssistantConsumer(AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         self.user = self.scope.get("user")
-        self.watching: set[str] = set()
+        self.watching: dict[str, Conversation] = {}
         self.current: str | None = None
         await self.accept()
         if self.user is None or not self.user.is_authenticated:
@@ -61,6 +61,10 @@ class AssistantConsumer(AsyncWebsocketConsumer):
             await handler(content)
         except AssistantError as exc:
             await self.send_error(exc.code, exc.message)
+        except Exception:
+            # One bad moment must not cost the user the connection (and its other tabs' view).
+            logger.exception("Handling a websocket frame failed")
+            await self.send_error("internal_error", "Something went wrong; please try again.")
 
     def parse(self, text_data: str | None, bytes_data: bytes | None) -> dict[str, Any]:
         if text_data is None:
@@ -93,28 +97,40 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         )
         await self.send_frame(frame)
 
-    async def watch(self, thread_id: str) -> None:
+    async def watch(self, conversation: Conversation) -> None:
+        """Join a conversation (already checked to be this user's) and make it the current one."""
+        thread_id = str(conversation.pk)
         self.current = thread_id
         if thread_id not in self.watching:
-            self.watching.add(thread_id)
+            self.watching[thread_id] = conversation
             await self.channel_layer.group_add(group_name(thread_id), self.channel_name)
+
+    async def own(self, conversation_id: Any) -> Conversation:
+        """One of this user's conversations, checked once per connection."""
+        known = self.watching.get(str(conversation_id))
+        if known is not None:
+            return known
+        return await sync_to_async(conversation_for)(self.user, conversation_id)
 
     # -- client frames ----------------------------------------------------------------------
 
     async def on_message(self, content: dict[str, Any]) -> None:
         text = check_message(content.get("text"))
-        conversation, user_message = await sync_to_async(start_turn)(
-            self.user, text, content.get("conversation")
-        )
-        await self.watch(str(conversation.pk))
-        turn = Turn(
-            user=self.user,
-            conversation=conversation,
-            user_message=user_message,
+        target = content.get("conversation")
+        conversation = self.watching.get(str(target), target) if target else None
+
+        async def refused(error: AssistantError) -> None:
+            await self.send_error(error.code, error.message)
+
+        launch_message(
+            self.user,
+            text,
+            conversation,
             source="websocket",
             request_ip=self.client_ip(),
+            on_started=self.watch,
+            on_refused=refused,
         )
-        launch(turn)
 
     async def on_confirm(self, content: dict[str, Any]) -> None:
         await self.answer(content, confirm=True)
@@ -127,7 +143,7 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         turn = await sync_to_async(decision_turn)(
             self.user, action_id, confirm=confirm, source="websocket"
         )
-        await self.watch(turn.thread_id)
+        await self.watch(turn.conversation)
 
         async def work(turn: Turn) -> None:
             await answer_action(turn, action_id, confirm=confirm)
@@ -138,19 +154,17 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         thread_id = content.get("conversation") or self.current
         if not thread_id:
             raise FrameError("Nothing to cancel on this connection.", code="nothing_to_cancel")
-        conversation = await sync_to_async(conversation_for)(self.user, thread_id)
+        conversation = await self.own(thread_id)
         await request_stop(str(conversation.pk), content.get("run"))
 
     async def on_resume(self, content: dict[str, Any]) -> None:
-        conversation = await sync_to_async(conversation_for)(
-            self.user, self.required(content, "conversation")
-        )
+        conversation = await self.own(self.required(content, "conversation"))
         thread_id = str(conversation.pk)
         try:
             after = int(content.get("after") or 0)
         except (TypeError, ValueError):
             raise FrameError('"after" must be a number.', code="bad_frame") from None
-        await self.watch(thread_id)
+        await self.watch(conversation)
         replay = await event_log().since(thread_id, after)
         frames = replay.frames
         if replay.gap or after <= 0:

@@ -363,6 +363,14 @@ def _run_sync(call: _Call, confirmed: bool) -> Outcome:
             value = tool.handler(call.tool_call(), **call.values)
     except Exception as exc:
         return call.failed(exc)
+    if call.cancel is not None and call.cancel.is_cancelled:
+        # The run was stopped while the handler ran; it returned, but the user asked to stop.
+        return call.finish(
+            Decision.CANCELLED,
+            result=_as_result(value, tool.operation) if value is not None else None,
+            error=Cancelled("Stopped while running."),
+            error_summary="stopped while running",
+        )
     return call.finished(value, confirmed)
 
 
@@ -419,7 +427,24 @@ async def adispatch(
     site: ToolRegistry = registry,
     cancel: CancellationToken | None = None,
 ) -> Outcome:
-    """The async twin of ``dispatch``: async handlers are awaited, ORM work runs in a thread."""
+    """The async twin of ``dispatch``: async handlers are awaited, ORM work runs in a thread.
+
+    A sync tool is dispatched whole in one hop to the sync thread: every step of it is sync
+    work, and each hop costs a thread switch.
+    """
+    tool = site._tools.get(operation) if isinstance(operation, str) else None
+    if tool is None or not tool.is_async:
+        return await _in_one_hop(
+            dispatch,
+            operation,
+            entities,
+            user=user,
+            conversation=conversation,
+            source=source,
+            request_ip=request_ip,
+            site=site,
+            cancel=cancel,
+        )
     call = _Call(operation, entities, user, conversation, source, request_ip, site, cancel)
     outcome = call.check()
     if outcome is None:
@@ -441,6 +466,17 @@ class DispatchCancelled(asyncio.CancelledError):
     def __init__(self, outcome: Outcome) -> None:
         super().__init__("stopped while running")
         self.outcome = outcome
+
+
+async def _in_one_hop(function: Any, *args: Any, **kwargs: Any) -> Outcome:
+    """Run a sync dispatch in the sync thread; if the run is stopped, wait for what it decided."""
+    future = asyncio.ensure_future(sync_to_async(function)(*args, **kwargs))
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        # A thread cannot be interrupted: the handler sees its token and returns early.
+        outcome: Outcome = await future
+        raise DispatchCancelled(outcome) from None
 
 
 async def _run_cancellable(call: _Call, confirmed: bool) -> Outcome:
@@ -530,12 +566,29 @@ async def aconfirm_action(
     site: ToolRegistry = registry,
     cancel: CancellationToken | None = None,
 ) -> Outcome:
+    return await _aconfirm(action_id, user, source, request_ip, site, cancel)
+
+
+async def _aconfirm(
+    action_id: Any,
+    user: Any,
+    source: str,
+    request_ip: str | None,
+    site: ToolRegistry,
+    cancel: CancellationToken | None,
+) -> Outcome:
     call, outcome = await sync_to_async(_confirm_checks)(
         action_id, user, source, request_ip, site, cancel
     )
     if outcome is None:
+        if call.tool is not None and not call.tool.is_async:
+            return await _in_one_hop(_run_and_audit, call)
         outcome = await _run_cancellable(call, confirmed=True)
     return await _aaudited(call, outcome)
+
+
+def _run_and_audit(call: _Call) -> Outcome:
+    return _audited(call, _run_sync(call, confirmed=True))
 
 
 def _cancel(

@@ -63,7 +63,10 @@ ASGI_APPLICATION = "config.asgi.application"
 
 DATABASES = {
     "default": dj_database_url.config(
-        default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}", conn_max_age=0
+        default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}",
+        # turn lanes and server threads keep their connection between turns and requests
+        conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "60")),
+        conn_health_checks=True,
     )
 }
 
@@ -75,9 +78,7 @@ CHANNEL_LAYERS = {
             "CONFIG": {
                 # redis-py 8 reads with a 5 s socket timeout and caps a pool at 100 connections
                 # by default: the layer's blocking receive must wait, and bursts need room.
-                "hosts": [
-                    {"address": REDIS_URL, "socket_timeout": None, "max_connections": 1000}
-                ],
+                "hosts": [{"address": REDIS_URL, "socket_timeout": None, "max_connections": 1000}],
                 # every socket of a process shares one queue: 100 (the default) drops events
                 # under load; a dropped event is a reply the user never sees.
                 "capacity": 5000,

@@ -53,7 +53,7 @@ def server_env() -> dict[str, str]:
     env.update(
         DJANGO_SETTINGS_MODULE="config.settings",
         DATABASE_URL=f"postgres://postgres@127.0.0.1:5432/{BENCH_DB}",
-        REDIS_URL=REDIS_URL,
+        REDIS_URL=os.environ.get("WS_LOAD_REDIS_URL", REDIS_URL),
         DJANGO_DEBUG="0",
         DJANGO_ALLOWED_HOSTS="127.0.0.1,localhost",
     )
@@ -114,7 +114,12 @@ def start_server(kind: str, port: int) -> subprocess.Popen[bytes]:
 
 
 async def client(
-    url: str, session: str, messages: int, latencies: list[float], runs: set[str]
+    url: str,
+    session: str,
+    messages: int,
+    latencies: list[float],
+    runs: set[str],
+    firsts: list[float],
 ) -> int:
     import websockets
 
@@ -135,6 +140,8 @@ async def client(
             await ws.send(json.dumps(frame))
             while True:
                 event = json.loads(await asyncio.wait_for(ws.recv(), timeout=60))
+                if event["type"] == "RUN_STARTED":
+                    firsts.append(time.perf_counter() - started)
                 if event["type"] == "RUN_FINISHED":
                     latencies.append(time.perf_counter() - started)
                     conversation = event["threadId"]
@@ -152,14 +159,21 @@ async def load(
     url = f"ws://127.0.0.1:{port}/ws/assistant/"
     latencies: list[float] = []
     runs: set[str] = set()
+    firsts: list[float] = []
     started = time.perf_counter()
     results = await asyncio.gather(
-        *(client(url, key, messages, latencies, runs) for key in sessions), return_exceptions=True
+        *(client(url, key, messages, latencies, runs, firsts) for key in sessions),
+        return_exceptions=True,
     )
     elapsed = time.perf_counter() - started
     failures = [r for r in results if isinstance(r, BaseException)]
     for failure in failures[:3]:
         print("  client failed:", repr(failure)[:200])
+    if firsts:
+        print(
+            f"  time to RUN_STARTED: p50 {percentile(firsts, 0.5) * 1000:.0f} ms, "
+            f"p95 {percentile(firsts, 0.95) * 1000:.0f} ms"
+        )
     return elapsed, latencies, runs, len(failures)
 
 

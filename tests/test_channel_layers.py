@@ -1,0 +1,381 @@
+"""Production wiring: the Redis channel layer, the Redis event log, and two server processes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from asgiref.sync import sync_to_async
+from django.conf import settings as django_settings
+from django.db import connection
+from django.test import Client
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
+from websockets.typing import Origin
+
+from assistant.eventlog import RedisEventLog
+from assistant.models import AuditEntry, Conversation, Message
+from tests import test_websocket
+from tests.conftest import REDIS_URL
+from tests.test_websocket import (
+    PING_RUN,
+    WAIT,
+    kind,
+    kinds,
+    receive,
+    receive_run,
+    receive_until,
+    send,
+    stored,
+)
+
+pytestmark = pytest.mark.redis
+
+# The same sockets as the websocket tests: closed, and their turns ended, after each test.
+open_socket = test_websocket.open_socket
+
+ROOT = Path(__file__).resolve().parent.parent
+UVICORN = [sys.executable, "-m", "uvicorn", "tests.asgi:application", "--host", "127.0.0.1"]
+UVICORN += ["--lifespan", "off", "--log-level", "warning"]
+
+
+def forget_event_logs() -> None:
+    """Delete the Redis event logs of this test's conversations (their ids are fresh UUIDs)."""
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        for pk in Conversation.objects.values_list("pk", flat=True):
+            client.delete(*RedisEventLog._keys(str(pk)))
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def redis_event_log(settings: Any) -> Iterator[None]:
+    """``ASSISTANT["EVENT_LOG"]`` on the local Redis, as every server process of a site shares it."""
+    settings.ASSISTANT = {**settings.ASSISTANT, "EVENT_LOG": REDIS_URL, "EVENT_LOG_TTL": 300}
+    yield
+    forget_event_logs()
+
+
+def restart_event_log(settings: Any) -> None:
+    """What a new server process has: a fresh event log object, nothing kept in memory."""
+    settings.ASSISTANT = dict(settings.ASSISTANT)
+
+
+def seqs(frames: list[dict[str, Any]]) -> list[int]:
+    return [frame["seq"] for frame in frames]
+
+
+# -- one process, the Redis channel layer ------------------------------------------------------
+
+
+@pytest.mark.parametrize("event_log", ["memory", "redis"])
+@pytest.mark.django_db(transaction=True)
+async def test_a_message_streams_the_same_run_over_the_redis_channel_layer(
+    request, redis_channel_layer, open_socket, plain_user, event_log
+):
+    if event_log == "redis":
+        request.getfixturevalue("redis_event_log")
+    socket = await open_socket(plain_user)
+
+    await send(socket, type="message", text="ping")
+    first = await receive_run(socket)
+    await send(socket, type="message", text="ping", conversation=first[0]["threadId"])
+    second = await receive_run(socket)
+
+    assert kinds(first) == kinds(second) == PING_RUN
+    assert seqs(first + second) == list(range(1, len(first + second) + 1))
+    assert {frame["threadId"] for frame in first + second} == {first[0]["threadId"]}
+    assert len({frame["runId"] for frame in first + second}) == 2
+    messages = await sync_to_async(stored)(first[0]["threadId"])
+    assert [(m.role, m.text, m.status) for m in messages] == [
+        ("user", "ping", "complete"),
+        ("assistant", "pong for plain", "complete"),
+    ] * 2
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_every_socket_on_the_conversation_gets_the_run_over_redis(
+    redis_channel_layer, open_socket, plain_user
+):
+    first = await open_socket(plain_user)
+    await send(first, type="message", text="ping")
+    earlier = await receive_run(first)
+    second = await open_socket(plain_user)
+    await send(second, type="resume", conversation=earlier[0]["threadId"], after=earlier[-1]["seq"])
+    assert kind(await receive(second)) == "CUSTOM assistant.resumed"
+
+    await send(first, type="message", text="ping", conversation=earlier[0]["threadId"])
+
+    seen_by_first = await receive_run(first)
+    assert await receive_run(second) == seen_by_first
+    assert kinds(seen_by_first) == PING_RUN
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_cancel_reaches_the_running_turn_over_the_redis_channel_layer(
+    redis_channel_layer, open_socket, plain_user
+):
+    runner = await open_socket(plain_user)
+    await send(runner, type="message", text="slow seconds=30")
+    thread_id = (await receive_until(runner, "TOOL_CALL_END"))[0]["threadId"]
+    other_tab = await open_socket(plain_user)
+
+    sent_at = time.monotonic()
+    await send(other_tab, type="cancel", conversation=thread_id)
+    finished = (await receive_until(runner, "RUN_FINISHED"))[-1]
+
+    assert time.monotonic() - sent_at < 1.0
+    assert finished["outcome"] == {"type": "cancelled"}
+    assert (await AuditEntry.objects.aget(operation="slow")).decision == "cancelled"
+
+
+# -- the Redis event log -----------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_replay_comes_from_the_redis_event_log_not_from_process_memory(
+    settings, redis_event_log, open_socket, plain_user
+):
+    first = await open_socket(plain_user)
+    await send(first, type="message", text="ping")
+    original = await receive_run(first)
+    restart_event_log(settings)
+
+    second = await open_socket(plain_user)
+    await send(
+        second, type="resume", conversation=original[0]["threadId"], after=original[4]["seq"]
+    )
+
+    replayed = [await receive(second) for _ in original[5:]]
+    assert replayed == original[5:]
+    marker = await receive(second)
+    assert kind(marker) == "CUSTOM assistant.resumed"
+    assert marker["value"] == {"last": original[-1]["seq"]}
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_numbering_continues_in_redis_after_a_restart(
+    settings, redis_event_log, open_socket, plain_user
+):
+    socket = await open_socket(plain_user)
+    await send(socket, type="message", text="ping")
+    before = await receive_run(socket)
+    restart_event_log(settings)
+
+    await send(socket, type="message", text="ping", conversation=before[0]["threadId"])
+    after = await receive_run(socket)
+
+    assert seqs(after) == list(range(before[-1]["seq"] + 1, before[-1]["seq"] + 1 + len(after)))
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_fresh_load_from_the_redis_event_log_gets_the_snapshot_and_the_last_seq(
+    settings, redis_event_log, open_socket, plain_user
+):
+    first = await open_socket(plain_user)
+    await send(first, type="message", text="ping")
+    finished = await receive_run(first)
+    restart_event_log(settings)
+
+    second = await open_socket(plain_user)
+    await send(second, type="resume", conversation=finished[0]["threadId"], after=0)
+
+    snapshot = await receive(second)
+    assert snapshot["type"] == "MESSAGES_SNAPSHOT"
+    assert [m["content"] for m in snapshot["messages"]] == ["ping", "pong for plain"]
+    marker = await receive(second)  # the finished run is in the snapshot, not replayed
+    assert kind(marker) == "CUSTOM assistant.resumed"
+    assert marker["value"] == {"last": finished[-1]["seq"]}
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_redis_event_log_expires(redis_event_log, open_socket, plain_user):
+    socket = await open_socket(plain_user)
+    await send(socket, type="message", text="ping")
+    thread_id = (await receive_run(socket))[0]["threadId"]
+
+    client = redis.asyncio.Redis.from_url(REDIS_URL)
+    try:
+        ttls = [await client.ttl(key) for key in RedisEventLog._keys(thread_id)]
+    finally:
+        await client.aclose()
+    assert all(0 < ttl <= 300 for ttl in ttls), ttls
+
+
+# -- two server processes ----------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_until_listening(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"server on port {port} exited:\n{log.read_text()}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        time.sleep(0.05)
+    pytest.fail(f"server on port {port} did not start within 20 s:\n{log.read_text()}")
+
+
+def database_url() -> str:
+    db = connection.settings_dict
+    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
+    return f"postgres://{db['USER']}{password}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+@pytest.fixture
+def two_servers(tmp_path: Path) -> Iterator[list[str]]:
+    """The test project under two uvicorn processes on the test database, Redis between them."""
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.two_process_settings",
+        "DATABASE_URL": database_url(),
+        "REDIS_URL": REDIS_URL,
+        "ASSISTANT_CHANNEL_PREFIX": f"test-{uuid.uuid4().hex[:8]}",
+    }
+    ports = [free_port(), free_port()]
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        for port in ports:
+            log = tmp_path / f"server-{port}.log"
+            with log.open("wb") as output:
+                processes.append(
+                    subprocess.Popen(
+                        [*UVICORN, "--port", str(port)],
+                        cwd=ROOT,
+                        env=env,
+                        stdout=output,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
+        for port, process in zip(ports, processes, strict=True):
+            wait_until_listening(port, process, tmp_path / f"server-{port}.log")
+        yield [f"ws://127.0.0.1:{port}/ws/assistant/" for port in ports]
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+        forget_event_logs()
+
+
+def session_cookie(username: str) -> str:
+    client = Client()
+    assert client.login(username=username, password="pw")
+    name = django_settings.SESSION_COOKIE_NAME
+    return f"{name}={client.cookies[name].value}"
+
+
+async def ws_receive(ws: ClientConnection) -> dict[str, Any]:
+    try:
+        return json.loads(await asyncio.wait_for(ws.recv(), WAIT))
+    except (TimeoutError, ConnectionClosed) as exc:
+        # A plain report: Python 3.13.0 has crashed rendering these tracebacks' frame locals.
+        pytest.fail(f"{ws.remote_address}: no frame within {WAIT} s ({exc!r})", pytrace=False)
+
+
+async def ws_receive_run(ws: ClientConnection) -> list[dict[str, Any]]:
+    frames = [await ws_receive(ws)]
+    while frames[-1]["type"] not in ("RUN_FINISHED", "RUN_ERROR"):
+        frames.append(await ws_receive(ws))
+    return frames
+
+
+async def ws_send(ws: ClientConnection, **content: Any) -> None:
+    await ws.send(json.dumps(content))
+
+
+def ws_connect(url: str, cookie: str) -> connect:
+    return connect(
+        url,
+        origin=Origin("http://127.0.0.1"),
+        additional_headers={"Cookie": cookie},
+        open_timeout=WAIT,
+        proxy=None,
+    )
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_one_run_reaches_sockets_served_by_two_server_processes(two_servers, make_user):
+    make_user("walker")
+    cookie = session_cookie("walker")
+    server_a, server_b = two_servers
+
+    async def talk() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+        async with ws_connect(server_a, cookie) as a, ws_connect(server_b, cookie) as b:
+            await ws_send(a, type="message", text="ping")
+            earlier = await ws_receive_run(a)
+            thread_id = earlier[0]["threadId"]
+            await ws_send(b, type="resume", conversation=thread_id, after=earlier[-1]["seq"])
+            resumed = await ws_receive(b)
+            assert kind(resumed) == "CUSTOM assistant.resumed"
+            assert resumed["value"] == {"last": earlier[-1]["seq"]}
+
+            await ws_send(a, type="message", text="ping", conversation=thread_id)
+            return earlier, await ws_receive_run(a), await ws_receive_run(b)
+
+    earlier, seen_on_a, seen_on_b = asyncio.run(talk())
+
+    assert kinds(seen_on_a) == PING_RUN
+    assert seen_on_b == seen_on_a
+    assert seqs(seen_on_b) == list(
+        range(earlier[-1]["seq"] + 1, earlier[-1]["seq"] + 1 + len(seen_on_b))
+    )
+    thread_id = earlier[0]["threadId"]
+    assert [m.role for m in stored(thread_id)] == ["user", "assistant"] * 2
+    assert Message.objects.filter(status="complete").count() == 4
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_cancel_sent_to_one_server_stops_the_turn_running_on_the_other(two_servers, make_user):
+    make_user("walker")
+    cookie = session_cookie("walker")
+    server_a, server_b = two_servers
+
+    async def talk() -> tuple[list[dict[str, Any]], float]:
+        async with ws_connect(server_a, cookie) as a, ws_connect(server_b, cookie) as b:
+            await ws_send(a, type="message", text="slow seconds=30")
+            started = await ws_receive(a)
+            await ws_send(b, type="resume", conversation=started["threadId"], after=0)
+            frames = [await ws_receive(b)]
+            while kind(frames[-1]) != "CUSTOM assistant.resumed":
+                frames.append(await ws_receive(b))
+            while not any(frame["type"] == "TOOL_CALL_END" for frame in frames):
+                frames.append(await ws_receive(b))
+
+            sent_at = time.monotonic()
+            await ws_send(b, type="cancel", conversation=started["threadId"])
+            finished = await ws_receive_run(a)
+            return finished, time.monotonic() - sent_at
+
+    finished, took = asyncio.run(talk())
+
+    assert finished[-1]["type"] == "RUN_FINISHED"
+    assert finished[-1]["outcome"] == {"type": "cancelled"}
+    assert took < 1.0
+    assert AuditEntry.objects.get(operation="slow").decision == "cancelled"
+    assert Message.objects.get(role="assistant").status == "cancelled"

@@ -1,0 +1,709 @@
+"""The chat websocket: AG-UI runs streamed to every socket of a conversation, stopped, replayed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from ag_ui.core import Event
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
+from django.test import Client, override_settings
+from pydantic import TypeAdapter
+
+from assistant.chat import TURN_FAILED
+from assistant.dispatch import adispatch
+from assistant.models import AuditEntry, Conversation, Message, PendingAction
+from assistant.runner import RUNNING
+from tests.asgi import application
+from tests.testapp.models import Order
+
+WAIT = 5  # seconds any single frame may take to arrive
+ORIGIN = (b"origin", b"http://127.0.0.1")
+AG_UI_EVENT = TypeAdapter(Event)
+
+# One turn that runs a safe tool, as a client sees it.
+PING_RUN = [
+    "RUN_STARTED",
+    "TEXT_MESSAGE_START user",
+    "TEXT_MESSAGE_CONTENT",
+    "TEXT_MESSAGE_END",
+    "TOOL_CALL_START ping",
+    "TOOL_CALL_ARGS",
+    "TOOL_CALL_END",
+    "TOOL_CALL_RESULT",
+    "CUSTOM assistant.outcome",
+    "TEXT_MESSAGE_START assistant",
+    "TEXT_MESSAGE_CONTENT",
+    "TEXT_MESSAGE_END",
+    "RUN_FINISHED",
+]
+# A run that answers a pending action: no user message, the call and its result, the reply.
+DECISION_RUN = [
+    "RUN_STARTED",
+    "TOOL_CALL_START cancel_order",
+    "TOOL_CALL_ARGS",
+    "TOOL_CALL_END",
+    "TOOL_CALL_RESULT",
+    "CUSTOM assistant.outcome",
+    "TEXT_MESSAGE_START assistant",
+    "TEXT_MESSAGE_CONTENT",
+    "TEXT_MESSAGE_END",
+    "RUN_FINISHED",
+]
+
+Socket = WebsocketCommunicator
+OpenSocket = Callable[..., Awaitable[Socket]]
+
+
+def kind(frame: dict[str, Any]) -> str:
+    """A frame's type, with what tells same-typed frames apart (role, tool, custom name)."""
+    detail = frame.get("role") if frame["type"] == "TEXT_MESSAGE_START" else None
+    detail = frame.get("toolCallName") if frame["type"] == "TOOL_CALL_START" else detail
+    detail = frame.get("name") if frame["type"] == "CUSTOM" else detail
+    return f"{frame['type']} {detail}" if detail else frame["type"]
+
+
+def kinds(frames: list[dict[str, Any]]) -> list[str]:
+    return [kind(frame) for frame in frames]
+
+
+def only(frames: list[dict[str, Any]], wanted: str) -> dict[str, Any]:
+    """The one frame of this kind in a run."""
+    (found,) = [frame for frame in frames if kind(frame) == wanted]
+    return found
+
+
+async def receive(socket: Socket) -> dict[str, Any]:
+    return await socket.receive_json_from(timeout=WAIT)
+
+
+async def turns_ended(within: float) -> bool:
+    """Wait until every launched turn has returned; False if some still run after ``within`` s."""
+    running = set(RUNNING)
+    if not running:
+        return True
+    _, still_running = await asyncio.wait(running, timeout=within)
+    return not still_running
+
+
+async def receive_run(socket: Socket) -> list[dict[str, Any]]:
+    """Frames up to and including the one that ends a run (RUN_FINISHED or RUN_ERROR).
+
+    Then lets the turn finish tidying up: in-memory SQLite (a shared cache) refuses a write
+    while another thread still reads the same table, so the test's next message waits for it.
+    """
+    frames = [await receive(socket)]
+    while frames[-1]["type"] not in ("RUN_FINISHED", "RUN_ERROR"):
+        frames.append(await receive(socket))
+    await turns_ended(WAIT)
+    return frames
+
+
+async def receive_until(socket: Socket, frame_type: str) -> list[dict[str, Any]]:
+    frames = [await receive(socket)]
+    while frames[-1]["type"] != frame_type:
+        frames.append(await receive(socket))
+    return frames
+
+
+async def send(socket: Socket, **content: Any) -> None:
+    await socket.send_json_to(content)
+
+
+@pytest.fixture
+async def open_socket() -> AsyncIterator[OpenSocket]:
+    """Connect sockets to the test ASGI app; disconnect them and let their turns end afterwards."""
+    opened: list[Socket] = []
+
+    async def open_(user: Any = None, *, cookie: str | None = None) -> Socket:
+        headers = [ORIGIN]
+        if cookie is not None:
+            headers.append((b"cookie", cookie.encode()))
+        socket = WebsocketCommunicator(application, "/ws/assistant/", headers=headers)
+        if user is not None:
+            socket.scope["user"] = user
+        connected, _ = await socket.connect(timeout=WAIT)
+        assert connected
+        opened.append(socket)
+        return socket
+
+    yield open_
+    for socket in opened:
+        with contextlib.suppress(Exception):  # a socket the test saw crash has nothing to close
+            await socket.disconnect(timeout=WAIT)
+    if not await turns_ended(WAIT):
+        for task in RUNNING:
+            task.cancel()
+        await turns_ended(WAIT)
+
+
+def stored(conversation_id: str) -> list[Message]:
+    return list(
+        Message.objects.filter(conversation_id=conversation_id).order_by("created_at", "id")
+    )
+
+
+def decisions(operation: str) -> list[str]:
+    return list(
+        AuditEntry.objects.filter(operation=operation)
+        .order_by("pk")
+        .values_list("decision", flat=True)
+    )
+
+
+# -- connecting ------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_an_anonymous_socket_is_accepted_then_closed_with_4401(open_socket):
+    socket = await open_socket()
+
+    assert await socket.receive_output(timeout=WAIT) == {"type": "websocket.close", "code": 4401}
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_logged_in_session_opens_the_socket_for_its_user(open_socket, plain_user):
+    client = Client()
+    assert await sync_to_async(client.login)(username="plain", password="pw")
+    session = client.cookies[settings.SESSION_COOKIE_NAME].value
+    socket = await open_socket(cookie=f"{settings.SESSION_COOKIE_NAME}={session}")
+
+    await send(socket, type="message", text="ping")
+    frames = await receive_run(socket)
+
+    assert frames[-1]["type"] == "RUN_FINISHED"
+    conversation = await Conversation.objects.aget(pk=frames[0]["threadId"])
+    assert conversation.user_id == plain_user.pk
+    assert "pong for plain" in [f.get("content") for f in frames]
+
+
+# -- one run ---------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_message_streams_one_ag_ui_run_in_order(open_socket, plain_user):
+    socket = await open_socket(plain_user)
+
+    await send(socket, type="message", text="ping")
+    frames = await receive_run(socket)
+
+    assert kinds(frames) == PING_RUN
+    conversation = await Conversation.objects.aget(user=plain_user)
+    assert {frame["threadId"] for frame in frames} == {str(conversation.pk)}
+    (run_id,) = {frame["runId"] for frame in frames}
+    assert run_id
+    seqs = [frame["seq"] for frame in frames]
+    assert seqs == list(range(seqs[0], seqs[0] + len(frames)))
+    assert await socket.receive_nothing(timeout=0.1)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_every_frame_is_an_ag_ui_event_spelled_in_camel_case(open_socket, plain_user):
+    socket = await open_socket(plain_user)
+
+    await send(socket, type="message", text="ping")
+    frames = await receive_run(socket)
+
+    for frame in frames:
+        event = AG_UI_EVENT.validate_python(frame)
+        assert event.type == frame["type"]
+        assert not [key for key in frame if "_" in key], frame
+        assert {"seq", "threadId", "runId"} <= frame.keys()
+    start = only(frames, "TOOL_CALL_START ping")
+    reply = only(frames, "TEXT_MESSAGE_START assistant")
+    assert start["parentMessageId"] == reply["messageId"]
+    assert frames[-1]["result"] == {"message": reply["messageId"], "status": "complete"}
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_stored_messages_are_the_streamed_ones(open_socket, plain_user):
+    socket = await open_socket(plain_user)
+
+    await send(socket, type="message", text="  ping  ")
+    frames = await receive_run(socket)
+
+    question, answer = await sync_to_async(stored)(frames[0]["threadId"])
+    assert (question.role, question.text, question.status) == ("user", "ping", "complete")
+    assert str(question.pk) == only(frames, "TEXT_MESSAGE_START user")["messageId"]
+    assert (answer.role, answer.text, answer.status) == ("assistant", "pong for plain", "complete")
+    assert str(answer.pk) == only(frames, "TEXT_MESSAGE_START assistant")["messageId"]
+    (call,) = answer.tool_calls
+    assert call["tool_call_id"] == only(frames, "TOOL_CALL_START ping")["toolCallId"]
+    assert (call["operation"], call["decision"]) == ("ping", "executed")
+    assert only(frames, "CUSTOM assistant.outcome")["value"] == call
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_next_message_continues_the_conversation_and_its_numbering(open_socket, plain_user):
+    socket = await open_socket(plain_user)
+    await send(socket, type="message", text="ping")
+    first = await receive_run(socket)
+
+    await send(socket, type="message", text="ping again", conversation=first[0]["threadId"])
+    second = await receive_run(socket)
+
+    assert kinds(second) == PING_RUN
+    assert {frame["threadId"] for frame in second} == {first[0]["threadId"]}
+    assert second[0]["runId"] != first[0]["runId"]
+    assert [frame["seq"] for frame in second] == list(
+        range(first[-1]["seq"] + 1, first[-1]["seq"] + 1 + len(second))
+    )
+    assert await Conversation.objects.acount() == 1
+    assert await Message.objects.acount() == 4
+
+
+# -- approvals -------------------------------------------------------------------------------
+
+
+async def request_cancel_order(socket: Socket, order: Order) -> list[dict[str, Any]]:
+    await send(socket, type="message", text=f"cancel order {order.pk}")
+    return await receive_run(socket)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_dangerous_tool_ends_the_run_with_an_interrupt_for_its_pending_action(
+    open_socket, clerk
+):
+    order = await Order.objects.acreate(reference="ORD-1")
+    socket = await open_socket(clerk)
+
+    frames = await request_cancel_order(socket, order)
+
+    action = await PendingAction.objects.aget()
+    finished = frames[-1]
+    assert finished["type"] == "RUN_FINISHED"
+    assert finished["outcome"]["type"] == "interrupt"
+    (interrupt,) = finished["outcome"]["interrupts"]
+    assert interrupt["id"] == str(action.pk)
+    assert interrupt["reason"] == "confirmation_required"
+    assert interrupt["toolCallId"] == only(frames, "TOOL_CALL_START cancel_order")["toolCallId"]
+    assert interrupt["metadata"] == {
+        "operation": "cancel_order",
+        "entities": {"order_id": order.pk},
+    }
+    assert (action.status, action.user_id, str(action.conversation_id)) == (
+        "pending",
+        clerk.pk,
+        finished["threadId"],
+    )
+    assert await sync_to_async(decisions)("cancel_order") == ["confirmation_requested"]
+    assert (await Order.objects.aget()).status == "open"
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_confirm_starts_a_new_run_that_shows_the_call_and_its_result(open_socket, clerk):
+    order = await Order.objects.acreate(reference="ORD-1")
+    socket = await open_socket(clerk)
+    asked = await request_cancel_order(socket, order)
+    action_id = asked[-1]["outcome"]["interrupts"][0]["id"]
+
+    await send(socket, type="confirm", action=action_id)
+    frames = await receive_run(socket)
+
+    assert kinds(frames) == DECISION_RUN
+    assert {frame["threadId"] for frame in frames} == {asked[0]["threadId"]}
+    (run_id,) = {frame["runId"] for frame in frames}
+    assert run_id != asked[0]["runId"]
+    assert frames[0]["seq"] == asked[-1]["seq"] + 1
+    assert json.loads(only(frames, "TOOL_CALL_ARGS")["delta"]) == {"order_id": order.pk}
+    assert only(frames, "TOOL_CALL_RESULT")["content"] == f"Cancelled order {order.pk}"
+    assert only(frames, "CUSTOM assistant.outcome")["value"]["decision"] == "confirmed"
+    # The action is answered: the run does not ask for it again.
+    assert frames[-1]["result"]["status"] == "complete"
+    assert frames[-1].get("outcome") is None
+    assert await sync_to_async(decisions)("cancel_order") == [
+        "confirmation_requested",
+        "confirmed",
+    ]
+    assert (await Order.objects.aget()).status == "cancelled"
+    assert (await PendingAction.objects.aget()).status == "confirmed"
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_second_confirm_of_the_same_action_runs_nothing(open_socket, clerk):
+    order = await Order.objects.acreate(reference="ORD-1")
+    socket = await open_socket(clerk)
+    await send(socket, type="message", text=f"approve order {order.pk}")
+    action_id = (await receive_run(socket))[-1]["outcome"]["interrupts"][0]["id"]
+    await send(socket, type="confirm", action=action_id)
+    await receive_run(socket)
+
+    await send(socket, type="confirm", action=action_id)
+    again = await receive_run(socket)
+
+    assert again[-1]["type"] == "RUN_ERROR"
+    assert again[-1]["code"] == "already_decided"
+    assert (await Order.objects.aget()).approvals == 1
+    assert await sync_to_async(decisions)("approve_order") == [
+        "confirmation_requested",
+        "confirmed",
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_reject_is_audited_cancelled_and_runs_nothing(open_socket, clerk):
+    order = await Order.objects.acreate(reference="ORD-1")
+    socket = await open_socket(clerk)
+    asked = await request_cancel_order(socket, order)
+    action_id = asked[-1]["outcome"]["interrupts"][0]["id"]
+
+    await send(socket, type="reject", action=action_id)
+    frames = await receive_run(socket)
+
+    assert kinds(frames) == DECISION_RUN
+    outcome = only(frames, "CUSTOM assistant.outcome")["value"]
+    assert (outcome["operation"], outcome["decision"]) == ("cancel_order", "cancelled")
+    assert frames[-1].get("outcome") is None
+    assert await sync_to_async(decisions)("cancel_order") == [
+        "confirmation_requested",
+        "cancelled",
+    ]
+    assert (await Order.objects.aget()).status == "open"
+    assert (await PendingAction.objects.aget()).status == "cancelled"
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_pending_approvals_are_resent_on_connect(open_socket, clerk):
+    order = await Order.objects.acreate(reference="ORD-1")
+    first = await open_socket(clerk)
+    asked = await request_cancel_order(first, order)
+    action = await PendingAction.objects.aget()
+
+    second = await open_socket(clerk)
+
+    frame = await receive(second)
+    assert kind(frame) == "CUSTOM assistant.pending_actions"
+    (resent,) = frame["value"]["actions"]
+    assert resent == {
+        "id": str(action.pk),
+        "operation": "cancel_order",
+        "summary": action.summary,
+        "entities": {"order_id": order.pk},
+        "conversation": asked[0]["threadId"],
+        "expires_at": action.expires_at.isoformat(),
+    }
+    assert await second.receive_nothing(timeout=0.1)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_socket_gets_no_pending_actions_once_they_are_answered(open_socket, clerk):
+    order = await Order.objects.acreate(reference="ORD-1")
+    first = await open_socket(clerk)
+    outcome = await adispatch("cancel_order", {"order_id": order.pk}, user=clerk)
+    await send(first, type="reject", action=str(outcome.pending_action.pk))
+    await receive_run(first)
+
+    second = await open_socket(clerk)
+
+    assert await second.receive_nothing(timeout=0.2)
+
+
+# -- bad frames ------------------------------------------------------------------------------
+
+LIMIT = 40
+THEIRS = "THEIR-CONVERSATION"
+
+
+@pytest.mark.parametrize(
+    ("frame", "code"),
+    [
+        pytest.param("{not json", "bad_json", id="not JSON"),
+        pytest.param(b'{"type": "message", "text": "ping"}', "bad_frame", id="binary"),
+        pytest.param('["message", "ping"]', "bad_frame", id="not an object"),
+        pytest.param('{"text": "ping"}', "bad_frame", id="no type"),
+        pytest.param('{"type": "dance"}', "unknown_type", id="unknown type"),
+        pytest.param('{"type": "message"}', "invalid_message", id="message without text"),
+        pytest.param('{"type": "message", "text": "  "}', "invalid_message", id="blank text"),
+        pytest.param('{"type": "confirm"}', "missing_field", id="confirm without action"),
+        pytest.param('{"type": "reject"}', "missing_field", id="reject without action"),
+        pytest.param('{"type": "resume"}', "missing_field", id="resume without conversation"),
+        pytest.param('{"type": "cancel"}', "nothing_to_cancel", id="cancel with nothing running"),
+        pytest.param(
+            json.dumps({"type": "message", "text": "ping " + "x" * (LIMIT - 4)}),
+            "invalid_message",
+            id="text over MAX_MESSAGE_LENGTH",
+        ),
+        pytest.param(
+            json.dumps({"type": "message", "text": "x" * (3 * LIMIT + 1024)}),
+            "frame_too_large",
+            id="frame far over the limit",
+        ),
+        pytest.param(
+            json.dumps({"type": "message", "text": "ping", "conversation": THEIRS}),
+            "not_found",
+            id="message to someone else's conversation",
+        ),
+        pytest.param(
+            json.dumps({"type": "message", "text": "ping", "conversation": "no-such-id"}),
+            "not_found",
+            id="message to a malformed conversation id",
+        ),
+        pytest.param(
+            json.dumps({"type": "resume", "conversation": THEIRS, "after": 0}),
+            "not_found",
+            id="resume someone else's conversation",
+        ),
+        pytest.param(
+            json.dumps({"type": "cancel", "conversation": THEIRS}),
+            "not_found",
+            id="cancel in someone else's conversation",
+        ),
+    ],
+)
+@pytest.mark.django_db(transaction=True)
+async def test_a_bad_frame_gets_an_error_code_stores_nothing_and_keeps_the_socket(
+    open_socket, plain_user, make_user, frame, code
+):
+    other = await sync_to_async(make_user)("other")
+    theirs = await Conversation.objects.acreate(user=other, title="theirs")
+    socket = await open_socket(plain_user)
+
+    with override_settings(ASSISTANT={**settings.ASSISTANT, "MAX_MESSAGE_LENGTH": LIMIT}):
+        if isinstance(frame, bytes):
+            await socket.send_to(bytes_data=frame)
+        else:
+            await socket.send_to(text_data=frame.replace(THEIRS, str(theirs.pk)))
+        error = await receive(socket)
+        assert await socket.receive_nothing(timeout=0.1)
+
+    assert kind(error) == "CUSTOM assistant.error"
+    assert error["value"]["code"] == code
+    assert error["value"]["message"]
+    AG_UI_EVENT.validate_python(error)
+    assert await Conversation.objects.acount() == 1
+    assert await Message.objects.acount() == 0
+    assert await AuditEntry.objects.acount() == 0
+    await send(socket, type="message", text="ping")
+    assert kinds(await receive_run(socket)) == PING_RUN
+
+
+@pytest.mark.parametrize("answer", ["confirm", "reject"])
+@pytest.mark.parametrize("whose", ["someone else's", "malformed"])
+@pytest.mark.django_db(transaction=True)
+async def test_answering_an_action_that_is_not_yours_is_a_bad_frame(
+    open_socket, clerk, make_user, answer, whose
+):
+    order = await Order.objects.acreate(reference="ORD-1")
+    other = await sync_to_async(make_user)("other", "testapp.view_order", "testapp.change_order")
+    outcome = await adispatch("cancel_order", {"order_id": order.pk}, user=other)
+    action_id = str(outcome.pending_action.pk) if whose == "someone else's" else "not-a-uuid"
+    socket = await open_socket(clerk)
+
+    await send(socket, type=answer, action=action_id)
+
+    error = await receive(socket)
+    assert kind(error) == "CUSTOM assistant.error"
+    assert error["value"]["code"] == "not_found"
+    assert await socket.receive_nothing(timeout=0.1)
+    assert await Conversation.objects.acount() == 0
+    assert await Message.objects.acount() == 0
+    assert (await PendingAction.objects.aget()).status == "pending"
+    assert await sync_to_async(decisions)("cancel_order") == ["confirmation_requested"]
+    await send(socket, type="message", text="ping")
+    assert kinds(await receive_run(socket)) == PING_RUN
+
+
+# -- cancelling ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tool", ["slow", "slow sync"])
+@pytest.mark.django_db(transaction=True)
+async def test_cancel_stops_the_running_tool_within_a_second(open_socket, plain_user, tool):
+    operation = tool.replace(" ", "_")
+    socket = await open_socket(plain_user)
+    await send(socket, type="message", text=f"{tool} seconds=30")
+    started = await receive_until(socket, "TOOL_CALL_END")
+    thread_id = started[0]["threadId"]
+
+    sent_at = time.monotonic()
+    await send(socket, type="cancel")
+    frames = await receive_until(socket, "RUN_FINISHED")
+
+    assert time.monotonic() - sent_at < 1.0
+    finished = frames[-1]
+    assert finished["type"] == "RUN_FINISHED"
+    assert finished["outcome"] == {"type": "cancelled"}
+    assert finished["result"]["status"] == "cancelled"
+    assert await turns_ended(1.0), "the handler still holds its turn after the cancel"
+    # The stopped call is not left "in progress": it gets a result, and the reply records it.
+    call_id = only(started, f"TOOL_CALL_START {operation}")["toolCallId"]
+    assert only(frames, "TOOL_CALL_RESULT")["toolCallId"] == call_id
+    _question, answer = await sync_to_async(stored)(thread_id)
+    assert (answer.role, answer.status, str(answer.pk)) == (
+        "assistant",
+        "cancelled",
+        finished["result"]["message"],
+    )
+    (call,) = answer.tool_calls
+    assert (call["tool_call_id"], call["decision"]) == (call_id, "cancelled")
+    assert await sync_to_async(decisions)(operation) == ["cancelled"]
+
+    await send(socket, type="message", text="ping", conversation=thread_id)
+    assert kinds(await receive_run(socket)) == PING_RUN
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_cancel_names_the_conversation_it_stops(open_socket, plain_user):
+    runner = await open_socket(plain_user)
+    await send(runner, type="message", text="slow seconds=30")
+    thread_id = (await receive_until(runner, "TOOL_CALL_END"))[0]["threadId"]
+    other_tab = await open_socket(plain_user)
+
+    await send(other_tab, type="cancel", conversation=thread_id)
+
+    assert (await receive_run(runner))[-1]["outcome"] == {"type": "cancelled"}
+
+
+# -- every socket on the conversation ----------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_second_socket_resumed_on_the_conversation_receives_the_same_events(
+    open_socket, plain_user
+):
+    first = await open_socket(plain_user)
+    await send(first, type="message", text="ping")
+    earlier = await receive_run(first)
+    thread_id = earlier[0]["threadId"]
+    second = await open_socket(plain_user)
+    await send(second, type="resume", conversation=thread_id, after=earlier[-1]["seq"])
+    resumed = await receive(second)
+    assert kind(resumed) == "CUSTOM assistant.resumed"
+    assert resumed["value"] == {"last": earlier[-1]["seq"]}
+
+    await send(first, type="message", text="ping", conversation=thread_id)
+
+    seen_by_first = await receive_run(first)
+    seen_by_second = await receive_run(second)
+    assert kinds(seen_by_first) == PING_RUN
+    assert seen_by_second == seen_by_first
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_closing_the_socket_that_started_a_turn_does_not_stop_it(open_socket, plain_user):
+    starter = await open_socket(plain_user)
+    await send(starter, type="message", text="slow seconds=0.5")
+    run_started = await receive(starter)
+    await starter.disconnect(timeout=WAIT)
+
+    watcher = await open_socket(plain_user)
+    await send(
+        watcher, type="resume", conversation=run_started["threadId"], after=run_started["seq"]
+    )
+    rest = await receive_run(watcher)
+
+    assert rest[-1]["type"] == "RUN_FINISHED"
+    assert rest[-1]["runId"] == run_started["runId"]
+    assert rest[-1]["result"]["status"] == "complete"
+    assert await turns_ended(WAIT)
+    _question, answer = await sync_to_async(stored)(run_started["threadId"])
+    assert (answer.text, answer.status) == ("slept 0.5s", "complete")
+    assert await sync_to_async(decisions)("slow") == ["executed"]
+
+
+# -- replay ----------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_resume_after_n_replays_exactly_the_frames_numbered_above_n(open_socket, plain_user):
+    first = await open_socket(plain_user)
+    await send(first, type="message", text="ping")
+    original = await receive_run(first)
+    after = original[4]["seq"]
+
+    second = await open_socket(plain_user)
+    await send(second, type="resume", conversation=original[0]["threadId"], after=after)
+
+    replayed = [await receive(second) for _ in original[5:]]
+    assert replayed == original[5:]
+    marker = await receive(second)
+    assert kind(marker) == "CUSTOM assistant.resumed"
+    assert marker["value"] == {"last": original[-1]["seq"]}
+    assert marker["threadId"] == original[0]["threadId"]
+    assert await second.receive_nothing(timeout=0.1)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_fresh_load_gets_the_stored_messages_then_the_unfinished_run(
+    open_socket, plain_user
+):
+    first = await open_socket(plain_user)
+    await send(first, type="message", text="ping")
+    thread_id = (await receive_run(first))[0]["threadId"]
+    await send(first, type="message", text="slow seconds=30", conversation=thread_id)
+    unfinished = await receive_until(first, "TOOL_CALL_END")
+
+    second = await open_socket(plain_user)
+    await send(second, type="resume", conversation=thread_id, after=0)
+
+    snapshot = await receive(second)
+    assert snapshot["type"] == "MESSAGES_SNAPSHOT"
+    AG_UI_EVENT.validate_python(snapshot)
+    messages = await sync_to_async(stored)(thread_id)
+    assert [(m["id"], m["role"], m["content"]) for m in snapshot["messages"]] == [
+        (str(message.pk), message.role, message.text) for message in messages
+    ]
+    assert [message.text for message in messages] == ["ping", "pong for plain", "slow seconds=30"]
+    replayed = [await receive(second) for _ in unfinished]
+    assert replayed == unfinished
+    marker = await receive(second)
+    assert kind(marker) == "CUSTOM assistant.resumed"
+    assert marker["value"] == {"last": unfinished[-1]["seq"]}
+
+    await send(first, type="cancel")
+    assert (await receive_run(second))[-1]["outcome"] == {"type": "cancelled"}
+
+
+# -- failures --------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_crashing_handler_still_ends_the_run_with_a_stored_reply(open_socket, plain_user):
+    socket = await open_socket(plain_user)
+
+    await send(socket, type="message", text="explode")
+    frames = await receive_run(socket)
+
+    assert kinds(frames) == [k.replace("ping", "explode") for k in PING_RUN]
+    outcome = only(frames, "CUSTOM assistant.outcome")["value"]
+    assert (outcome["decision"], outcome["code"]) == ("failed", "tool_failed")
+    assert frames[-1]["result"]["status"] == "complete"
+    assert "internal detail" not in json.dumps(frames)
+    _question, answer = await sync_to_async(stored)(frames[0]["threadId"])
+    assert (answer.status, answer.text) == ("complete", outcome["text"])
+    assert await sync_to_async(decisions)("explode") == ["failed"]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_crashing_planner_ends_with_run_error_and_a_stored_failed_reply(
+    open_socket, plain_user, monkeypatch
+):
+    def broken_plan(*args: Any, **kwargs: Any) -> list[Any]:
+        raise RuntimeError("planner internals 42")
+
+    monkeypatch.setattr("assistant.planner.keywords.plan", broken_plan)
+    socket = await open_socket(plain_user)
+
+    await send(socket, type="message", text="ping")
+    frames = await receive_run(socket)
+
+    assert kinds(frames) == [
+        "RUN_STARTED",
+        "TEXT_MESSAGE_START user",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
+        "RUN_ERROR",
+    ]
+    assert (frames[-1]["code"], frames[-1]["message"]) == ("turn_failed", TURN_FAILED)
+    assert "planner internals" not in json.dumps(frames)
+    question, answer = await sync_to_async(stored)(frames[0]["threadId"])
+    assert (question.role, question.text) == ("user", "ping")
+    assert (answer.role, answer.status, answer.text) == ("assistant", "failed", TURN_FAILED)
+    assert await AuditEntry.objects.acount() == 0
