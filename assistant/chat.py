@@ -17,7 +17,7 @@ from . import events
 from .conf import assistant_settings
 from .dispatch import DispatchCancelled, Outcome, acancel_action, aconfirm_action, adispatch
 from .exceptions import ActionNotFound, AssistantError, ConversationNotFound, InvalidMessage
-from .lifecycle import CancellationToken
+from .lifecycle import CancellationToken, ToolSession, new_session
 from .models import Conversation, Message, PendingAction
 from .permissions import forget_access
 from .registry import ToolRegistry, registry
@@ -142,6 +142,7 @@ class Turn:
         site: ToolRegistry = registry,
         cancel: CancellationToken | None = None,
         run_id: str | None = None,
+        session: ToolSession | None = None,
     ) -> None:
         self.user = user
         self.conversation = conversation
@@ -149,6 +150,7 @@ class Turn:
         self.source = source
         self.request_ip = request_ip
         self.site = site
+        self.session = session
         self.cancel = cancel or CancellationToken()
         self.thread_id = str(conversation.pk)
         self.run_id = run_id or uuid.uuid4().hex
@@ -211,12 +213,17 @@ class Turn:
                 request_ip=self.request_ip,
                 site=self.site,
                 cancel=self.cancel.child(),
+                session=self.session,
             )
         except DispatchCancelled as stopped:
             await asyncio.shield(self.record(stopped.outcome, tool_call_id))
             raise
         await self.record(outcome, tool_call_id)
         return outcome
+
+    def visible_tools(self) -> list[Any]:
+        """The tools this turn may offer: the user's, minus toolsets that failed in this session."""
+        return self.site.visible_tools(self.user, self.session)
 
     def _shown_entities(self, operation: str, entities: Any) -> Any:
         if not isinstance(entities, dict):
@@ -343,9 +350,15 @@ async def arun_turn(
     site: ToolRegistry = registry,
     cancel: CancellationToken | None = None,
     run_id: str | None = None,
+    session: ToolSession | None = None,
 ) -> TurnResult:
-    """A whole turn: the user's message is stored first, the reply whatever happens."""
+    """A whole turn: the user's message is stored first, the reply whatever happens.
+
+    Without a ``session`` (REST, CLI) the turn gets its own, whose toolsets start on first use
+    and stop when the turn ends.
+    """
     conversation, user_message = await sync_to_async(start_turn)(user, text, conversation_id)
+    own = session is None
     turn = Turn(
         user=user,
         conversation=conversation,
@@ -355,12 +368,19 @@ async def arun_turn(
         site=site,
         cancel=cancel,
         run_id=run_id,
+        session=session or new_session(),
     )
-    return await run_started_turn(turn)
+    try:
+        return await run_started_turn(turn)
+    finally:
+        if own and turn.session is not None:
+            await turn.session.stop()
 
 
 async def run_started_turn(turn: Turn, work: Work | None = None) -> TurnResult:
     message = await execute(turn, work or planner_for(turn))
+    if turn.session is not None and turn.session.closed:
+        await turn.session.stop()  # its connection closed while this turn was still running
     if turn.user_message is not None:
         await sync_to_async(turn.user_message.refresh_from_db)(fields=["text"])
     return TurnResult(
@@ -391,6 +411,7 @@ async def _message_in_lane(
     request_ip: str | None,
     on_started: Callable[[Conversation], Awaitable[None]],
     on_refused: Callable[[AssistantError], Awaitable[None]],
+    session: ToolSession | None,
 ) -> TurnResult | None:
     async with lane():
         try:
@@ -405,6 +426,7 @@ async def _message_in_lane(
             user_message=message,
             source=source,
             request_ip=request_ip,
+            session=session,
         )
         return await run_started_turn(turn)
 
@@ -418,11 +440,14 @@ def launch_message(
     request_ip: str | None,
     on_started: Callable[[Conversation], Awaitable[None]],
     on_refused: Callable[[AssistantError], Awaitable[None]],
+    session: ToolSession | None = None,
 ) -> asyncio.Task[TurnResult | None]:
     """Store a message and run its turn on a lane; ``on_started`` runs before any event is sent."""
     return keep(
         asyncio.ensure_future(
-            _message_in_lane(user, text, conversation, source, request_ip, on_started, on_refused)
+            _message_in_lane(
+                user, text, conversation, source, request_ip, on_started, on_refused, session
+            )
         )
     )
 
@@ -447,7 +472,9 @@ def run_turn(
     )
 
 
-def decision_turn(user: Any, action_id: Any, *, confirm: bool, source: str) -> Turn:
+def decision_turn(
+    user: Any, action_id: Any, *, confirm: bool, source: str, session: ToolSession | None = None
+) -> Turn:
     """A run for answering one of the user's pending actions, on its conversation (or a new one)."""
     try:
         pk = uuid.UUID(str(action_id))
@@ -462,7 +489,9 @@ def decision_turn(user: Any, action_id: Any, *, confirm: bool, source: str) -> T
     if conversation is None:
         title = f"{'Confirm' if confirm else 'Reject'} {action.operation}"
         conversation = Conversation.objects.create(user=user, title=title)
-    return Turn(user=user, conversation=conversation, user_message=None, source=source)
+    return Turn(
+        user=user, conversation=conversation, user_message=None, source=source, session=session
+    )
 
 
 async def answer_action(turn: Turn, action_id: Any, *, confirm: bool) -> None:
@@ -470,7 +499,11 @@ async def answer_action(turn: Turn, action_id: Any, *, confirm: bool) -> None:
     tool_call_id = f"call_{uuid.uuid4().hex[:16]}"
     if confirm:
         outcome = await aconfirm_action(
-            action_id, user=turn.user, source=turn.source, cancel=turn.cancel.child()
+            action_id,
+            user=turn.user,
+            source=turn.source,
+            cancel=turn.cancel.child(),
+            session=turn.session,
         )
     else:
         outcome = await acancel_action(action_id, user=turn.user, source=turn.source)

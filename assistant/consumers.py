@@ -22,11 +22,13 @@ from .chat import (
 from .conf import assistant_settings
 from .eventlog import event_log
 from .exceptions import AssistantError
+from .lifecycle import ToolSession, bind_process_session, new_session
 from .models import Conversation, Message, PendingAction
 from .runner import group_name, request_stop
 
 logger = logging.getLogger("assistant.consumers")
 UNAUTHENTICATED = 4401
+NORMAL_CLOSE = (1000, 1001)  # anything else is an abnormal drop: toolsets are cancelled
 
 
 class FrameError(AssistantError):
@@ -42,15 +44,26 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         self.user = self.scope.get("user")
         self.watching: dict[str, Conversation] = {}
         self.current: str | None = None
+        self.tools: ToolSession | None = None
         await self.accept()
         if self.user is None or not self.user.is_authenticated:
             await self.close(code=UNAUTHENTICATED)
             return
+        # A chat session begins: its toolsets start in the background (not_ready meanwhile).
+        bind_process_session()
+        self.tools = new_session()
+        self.tools.begin()
         await self.send_pending_actions()
 
     async def disconnect(self, code: int) -> None:
         for thread_id in self.watching:
             await self.channel_layer.group_discard(group_name(thread_id), self.channel_name)
+        if self.tools is not None:
+            self.tools.closed = True
+            if code in NORMAL_CLOSE:
+                await self.tools.stop()
+            else:
+                await self.tools.cancel()
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         try:
@@ -130,6 +143,7 @@ class AssistantConsumer(AsyncWebsocketConsumer):
             request_ip=self.client_ip(),
             on_started=self.watch,
             on_refused=refused,
+            session=self.tools,
         )
 
     async def on_confirm(self, content: dict[str, Any]) -> None:
@@ -141,7 +155,7 @@ class AssistantConsumer(AsyncWebsocketConsumer):
     async def answer(self, content: dict[str, Any], *, confirm: bool) -> None:
         action_id = self.required(content, "action")
         turn = await sync_to_async(decision_turn)(
-            self.user, action_id, confirm=confirm, source="websocket"
+            self.user, action_id, confirm=confirm, source="websocket", session=self.tools
         )
         await self.watch(turn.conversation)
 
@@ -156,6 +170,8 @@ class AssistantConsumer(AsyncWebsocketConsumer):
             raise FrameError("Nothing to cancel on this connection.", code="nothing_to_cancel")
         conversation = await self.own(thread_id)
         await request_stop(str(conversation.pk), content.get("run"))
+        if self.tools is not None:
+            await self.tools.cancel()  # in-flight work of this session's toolsets stops too
 
     async def on_resume(self, content: dict[str, Any]) -> None:
         conversation = await self.own(self.required(content, "conversation"))

@@ -6,6 +6,8 @@ import asyncio
 import enum
 import json
 import logging
+import threading
+import uuid
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
@@ -203,10 +205,12 @@ class _Call:
         "operation",
         "raw",
         "request_ip",
+        "session",
         "site",
         "source",
         "started",
         "tool",
+        "toolset",
         "user",
         "values",
     )
@@ -221,9 +225,12 @@ class _Call:
         request_ip: str | None,
         site: ToolRegistry,
         cancel: CancellationToken | None = None,
+        session: Any = None,
     ) -> None:
         self.started = perf_counter()
         self.cancel = cancel
+        self.session = session
+        self.toolset: Any = None
         self.operation = operation
         self.raw = raw
         self.user = user
@@ -287,6 +294,8 @@ class _Call:
             pending_action=self.action,
             instance=self.instance,
             cancel=self.cancel or CancellationToken(),
+            toolset=self.toolset,
+            session=self.session,
         )
 
     def open_action(self) -> Outcome:
@@ -356,13 +365,34 @@ async def _aaudited(call: _Call, outcome: Outcome) -> Outcome:
 def _run_sync(call: _Call, confirmed: bool) -> Outcome:
     tool = call.tool
     assert tool is not None
+    timer = None
+    expired = threading.Event()
+    if tool.timeout is not None:
+        # A thread cannot be interrupted: at the deadline the handler's token fires, and
+        # whatever it returns afterwards is discarded as a timeout.
+        call.cancel = deadline_token = (call.cancel or CancellationToken()).child()
+
+        def expire() -> None:
+            expired.set()
+            deadline_token.cancel()
+
+        timer = threading.Timer(tool.timeout, expire)
+        timer.daemon = True
+        timer.start()
     try:
         if tool.is_async:
             value = async_to_sync(tool.handler)(call.tool_call(), **call.values)
         else:
             value = tool.handler(call.tool_call(), **call.values)
     except Exception as exc:
+        if expired.is_set():
+            return _timed_out(call)
         return call.failed(exc)
+    finally:
+        if timer is not None:
+            timer.cancel()
+    if expired.is_set():
+        return _timed_out(call)
     if call.cancel is not None and call.cancel.is_cancelled:
         # The run was stopped while the handler ran; it returned, but the user asked to stop.
         return call.finish(
@@ -377,14 +407,37 @@ def _run_sync(call: _Call, confirmed: bool) -> Outcome:
 async def _run_async(call: _Call, confirmed: bool) -> Outcome:
     tool = call.tool
     assert tool is not None
+    if tool.timeout is not None:
+        call.cancel = (call.cancel or CancellationToken()).child()
+    tool_call = call.tool_call()
     try:
         if tool.is_async:
-            value = await tool.handler(call.tool_call(), **call.values)
+            running = tool.handler(tool_call, **call.values)
         else:
-            value = await sync_to_async(tool.handler)(call.tool_call(), **call.values)
+            running = sync_to_async(tool.handler)(tool_call, **call.values)
+        if tool.timeout is None:
+            value = await running
+        else:
+            value = await asyncio.wait_for(running, tool.timeout)
+    except TimeoutError:
+        if tool.timeout is None:
+            return call.failed(TimeoutError("timed out"))
+        assert call.cancel is not None
+        call.cancel.cancel()  # a sync handler in its thread sees its token fire
+        return _timed_out(call)
     except Exception as exc:
         return call.failed(exc)
     return call.finished(value, confirmed)
+
+
+def _timed_out(call: _Call) -> Outcome:
+    from .exceptions import ToolTimeout
+
+    assert call.tool is not None
+    error = ToolTimeout(
+        f"{call.tool.operation} took longer than {call.tool.timeout:g} s and was stopped."
+    )
+    return call.finish(Decision.TIMEOUT, error=error, error_summary=error.message)
 
 
 def _decide_sync(call: _Call) -> Outcome:
@@ -410,8 +463,23 @@ def dispatch(
     request_ip: str | None = None,
     site: ToolRegistry = registry,
     cancel: CancellationToken | None = None,
+    session: Any = None,
 ) -> Outcome:
     """Run one operation for ``user`` through every check, writing exactly one audit entry."""
+    tool = site._tools.get(operation) if isinstance(operation, str) else None
+    if tool is not None and tool.toolset is not None:
+        # Toolsets live on an event loop: their tools take the async path.
+        return async_to_sync(adispatch)(
+            operation,
+            entities,
+            user=user,
+            conversation=conversation,
+            source=source,
+            request_ip=request_ip,
+            site=site,
+            cancel=cancel,
+            session=session,
+        )
     call = _Call(operation, entities, user, conversation, source, request_ip, site, cancel)
     return _audited(call, _decide_sync(call))
 
@@ -426,6 +494,7 @@ async def adispatch(
     request_ip: str | None = None,
     site: ToolRegistry = registry,
     cancel: CancellationToken | None = None,
+    session: Any = None,
 ) -> Outcome:
     """The async twin of ``dispatch``: async handlers are awaited, ORM work runs in a thread.
 
@@ -433,6 +502,10 @@ async def adispatch(
     work, and each hop costs a thread switch.
     """
     tool = site._tools.get(operation) if isinstance(operation, str) else None
+    if tool is not None and tool.toolset is not None:
+        return await _adispatch_toolset(
+            operation, entities, user, conversation, source, request_ip, site, cancel, session
+        )
     if tool is None or not tool.is_async:
         return await _in_one_hop(
             dispatch,
@@ -466,6 +539,70 @@ class DispatchCancelled(asyncio.CancelledError):
     def __init__(self, outcome: Outcome) -> None:
         super().__init__("stopped while running")
         self.outcome = outcome
+
+
+async def _adispatch_toolset(
+    operation: str,
+    entities: Any,
+    user: Any,
+    conversation: Conversation | None,
+    source: str,
+    request_ip: str | None,
+    site: ToolRegistry,
+    cancel: CancellationToken | None,
+    session: Any,
+) -> Outcome:
+    """A toolset tool: its instance must be started in this session (lazily if need be)."""
+    from .lifecycle import new_session
+
+    own = session is None
+    if own:
+        session = new_session()
+    try:
+        call = _Call(
+            operation, entities, user, conversation, source, request_ip, site, cancel, session
+        )
+        outcome = call.check()
+        if outcome is None:
+            call.access = await aaccess_for(call.user)
+            outcome = call.authorize()
+        if outcome is None:
+            outcome = await _ready(call)
+        if outcome is None and call.tool.object_check is not None:  # type: ignore[union-attr]
+            outcome = await sync_to_async(call.authorize_instance)()
+        if outcome is None:
+            if call.tool.requires_confirmation:  # type: ignore[union-attr]
+                outcome = await sync_to_async(call.open_action)()
+            else:
+                outcome = await _run_cancellable(call, confirmed=False)
+        return await _aaudited(call, outcome)
+    finally:
+        if own:
+            await session.stop()
+
+
+async def _ready(call: _Call) -> Outcome | None:
+    """Find (or start) the call's toolset instance; not_ready while starting, unavailable if failed."""
+    from .exceptions import ToolNotReady, ToolUnavailable
+    from .lifecycle import ToolLifecycleState
+
+    tool, session = call.tool, call.session
+    assert tool is not None and session is not None
+    state = session.state(tool.toolset)
+    if state is ToolLifecycleState.CREATED:
+        return call.stop(
+            Decision.NOT_READY, ToolNotReady(f"{tool.operation} is still starting; try again.")
+        )
+    if state in (None, ToolLifecycleState.STOPPED, ToolLifecycleState.CANCELLED):
+        await session.start(tool.toolset)
+    instance = session.instance(tool.toolset)
+    if instance is None or instance.state is not ToolLifecycleState.STARTED:
+        return call.stop(
+            Decision.UNAVAILABLE,
+            ToolUnavailable(f"{tool.operation} is not available right now."),
+        )
+    call.toolset = instance
+    return None
 
 
 async def _in_one_hop(function: Any, *args: Any, **kwargs: Any) -> Outcome:
@@ -549,8 +686,25 @@ def confirm_action(
     request_ip: str | None = None,
     site: ToolRegistry = registry,
     cancel: CancellationToken | None = None,
+    session: Any = None,
 ) -> Outcome:
     """Run a pending action once for its owner; raises ``ActionNotFound`` / ``AlreadyDecided``."""
+    operation = (
+        PendingAction.objects.filter(pk=action_id).values_list("operation", flat=True).first()
+        if _is_uuid(action_id)
+        else None
+    )
+    tool = site._tools.get(operation) if operation else None
+    if tool is not None and tool.toolset is not None:
+        return async_to_sync(aconfirm_action)(
+            action_id,
+            user=user,
+            source=source,
+            request_ip=request_ip,
+            site=site,
+            cancel=cancel,
+            session=session,
+        )
     call, outcome = _confirm_checks(action_id, user, source, request_ip, site, cancel)
     if outcome is None:
         outcome = _run_sync(call, confirmed=True)
@@ -565,8 +719,9 @@ async def aconfirm_action(
     request_ip: str | None = None,
     site: ToolRegistry = registry,
     cancel: CancellationToken | None = None,
+    session: Any = None,
 ) -> Outcome:
-    return await _aconfirm(action_id, user, source, request_ip, site, cancel)
+    return await _aconfirm(action_id, user, source, request_ip, site, cancel, session)
 
 
 async def _aconfirm(
@@ -576,15 +731,35 @@ async def _aconfirm(
     request_ip: str | None,
     site: ToolRegistry,
     cancel: CancellationToken | None,
+    session: Any = None,
 ) -> Outcome:
     call, outcome = await sync_to_async(_confirm_checks)(
         action_id, user, source, request_ip, site, cancel
     )
+    if outcome is None and call.tool is not None and call.tool.toolset is not None:
+        from .lifecycle import new_session
+
+        own = session is None
+        call.session = session if session is not None else new_session()
+        try:
+            outcome = await _ready(call) or await _run_cancellable(call, confirmed=True)
+            return await _aaudited(call, outcome)
+        finally:
+            if own:
+                await call.session.stop()
     if outcome is None:
         if call.tool is not None and not call.tool.is_async:
             return await _in_one_hop(_run_and_audit, call)
         outcome = await _run_cancellable(call, confirmed=True)
     return await _aaudited(call, outcome)
+
+
+def _is_uuid(value: Any) -> bool:
+    try:
+        uuid.UUID(str(value))
+    except ValueError:
+        return False
+    return True
 
 
 def _run_and_audit(call: _Call) -> Outcome:

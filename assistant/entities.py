@@ -235,13 +235,17 @@ def _describe_optional(inner: Any) -> tuple[str, dict[str, Any], Checker, Checke
     return kind, schema, check, parse
 
 
-def entities_from_handler(handler: Callable[..., Any], operation: str) -> tuple[Entity, ...]:
-    """Read a handler's signature: the first parameter is the ``ToolCall``, the rest are entities."""
+def entities_from_handler(
+    handler: Callable[..., Any], operation: str, *, method: bool = False
+) -> tuple[Entity, ...]:
+    """Read a handler's signature: (``self``,) the ``ToolCall``, then the entities."""
     try:
         hints = typing.get_type_hints(handler, include_extras=True)
     except Exception as exc:
         raise ToolDefinitionError(f"{operation}: cannot resolve type hints ({exc})") from exc
     parameters = list(inspect.signature(handler).parameters.values())
+    if method:
+        parameters = parameters[1:]
     if not parameters or parameters[0].kind not in (
         inspect.Parameter.POSITIONAL_ONLY,
         inspect.Parameter.POSITIONAL_OR_KEYWORD,

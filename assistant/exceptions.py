@@ -109,3 +109,17 @@ class InvalidMessage(AssistantError, ValueError):
 
     code = "invalid_message"
     status = 400
+
+
+class ToolNotReady(AssistantError):
+    """This tool is still starting; try again in a moment."""
+
+    code = "not_ready"
+    status = 503
+
+
+class ToolTimeout(AssistantError):
+    """The tool took too long and was stopped."""
+
+    code = "timeout"
+    status = 504

@@ -1,12 +1,17 @@
-"""Cancellation tokens: cancelled once, with their children, observable from sync and async code."""
+"""Cancellation tokens, toolsets with start/stop/cancel hooks, and the sessions that run them."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from enum import StrEnum
+from typing import Any, ClassVar
 
-from .exceptions import AssistantError
+from .exceptions import AssistantError, ToolDefinitionError
+
+logger = logging.getLogger("assistant.lifecycle")
 
 
 class Cancelled(AssistantError):
@@ -109,3 +114,282 @@ class CancellationToken:
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+class ToolLifecycleState(StrEnum):
+    """Which lifecycle hooks a toolset instance has been through."""
+
+    CREATED = "created"  # constructed; on_start not finished (its tools answer not_ready)
+    STARTED = "started"
+    STOPPED = "stopped"
+    CANCELLED = "cancelled"
+    FAILED = "failed"  # on_start raised or timed out (its tools answer unavailable)
+
+
+class Toolset:
+    """Tools that share resources, with a declared lifecycle (the seed's ``BuiltinTool``).
+
+    Declare tools with ``@assistant_tool`` on methods (``def tool(self, call, ...)``) and register
+    the class with ``@register_toolset`` in an ``assistant_tools`` module. ``scope = "session"``
+    gives each chat session (websocket) its own instance; ``"process"`` one per server process.
+    """
+
+    name: ClassVar[str] = ""
+    cacheable: ClassVar[bool] = False  # needs async initialisation in on_start
+    scope: ClassVar[str] = "session"
+    start_timeout: ClassVar[float] = 10.0
+
+    def __init__(self) -> None:
+        self.state = ToolLifecycleState.CREATED
+        self.cancel_token: CancellationToken | None = None
+        self.error = ""
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    async def on_start(self, cancel: CancellationToken) -> None:
+        """Connect, fill caches, spawn background tasks (they must exit when ``cancel`` fires)."""
+
+    async def on_stop(self) -> None:
+        """Graceful shutdown: flush, return connections."""
+
+    async def on_cancel(self) -> None:
+        """Abrupt shutdown: cancel in-flight work, then stop (the token has already fired)."""
+        await self.on_stop()
+
+    def spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """A background task that is cancelled when the toolset's token fires."""
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        if self.cancel_token is not None:
+            loop = asyncio.get_running_loop()
+
+            def stop_task() -> None:
+                loop.call_soon_threadsafe(task.cancel)
+
+            self.cancel_token.add_callback(stop_task)
+        return task
+
+    def __del__(self) -> None:
+        if getattr(self, "state", None) is ToolLifecycleState.STARTED:
+            logger.warning(
+                "Toolset %s was dropped while started: on_stop was never called",
+                type(self).__name__,
+            )
+
+
+_toolsets: dict[str, type[Toolset]] = {}
+
+
+def register_toolset(cls: type[Toolset] | None = None, *, site: Any = None) -> Any:
+    """Register a ``Toolset`` class's ``@assistant_tool`` methods like any other tool."""
+
+    def register(toolset: type[Toolset]) -> type[Toolset]:
+        from .registry import register_methods
+
+        if not (isinstance(toolset, type) and issubclass(toolset, Toolset)):
+            raise ToolDefinitionError(f"{toolset!r}: @register_toolset needs a Toolset subclass")
+        if toolset.scope not in ("session", "process"):
+            raise ToolDefinitionError(
+                f"{toolset.__name__}: scope must be 'session' or 'process', not {toolset.scope!r}"
+            )
+        if not toolset.name:
+            toolset.name = toolset.__name__
+        register_methods(toolset, site)
+        _toolsets[toolset.name] = toolset
+        return toolset
+
+    return register(cls) if cls is not None else register
+
+
+def registered_toolsets() -> list[type[Toolset]]:
+    return list(_toolsets.values())
+
+
+class _Entry:
+    __slots__ = ("instance", "starting")
+
+    def __init__(self, instance: Toolset) -> None:
+        self.instance = instance
+        self.starting: asyncio.Future[None] | None = None
+
+
+class ToolSession:
+    """The toolset instances of one chat session, or of the process (``scope="process"``)."""
+
+    def __init__(self, scope: str = "session", parent: ToolSession | None = None) -> None:
+        self.scope = scope
+        self.parent = parent
+        self.token = CancellationToken()
+        self.closed = False  # its connection has closed (turns may still be finishing)
+        self._entries: dict[type[Toolset], _Entry] = {}
+
+    def owner_of(self, toolset: type[Toolset]) -> ToolSession:
+        """The session holding ``toolset``'s instance: this one, or the process's."""
+        if toolset.scope == "process" and self.scope == "session" and self.parent is not None:
+            return self.parent
+        return self
+
+    def state(self, toolset: type[Toolset]) -> ToolLifecycleState | None:
+        owner = self.owner_of(toolset)
+        entry = owner._entries.get(toolset)
+        return entry.instance.state if entry is not None else None
+
+    def instance(self, toolset: type[Toolset]) -> Toolset | None:
+        entry = self.owner_of(toolset)._entries.get(toolset)
+        return entry.instance if entry is not None else None
+
+    def failed(self) -> set[type[Toolset]]:
+        """Toolsets whose start failed here: their tools leave this session's catalog."""
+        return {
+            toolset
+            for toolset in _toolsets.values()
+            if self.state(toolset) is ToolLifecycleState.FAILED
+        }
+
+    async def start(self, toolset: type[Toolset]) -> Toolset:
+        """Start (or restart, after a stop or cancel) one toolset and wait for it."""
+        owner = self.owner_of(toolset)
+        entry = owner._entries.get(toolset)
+        if entry is not None and entry.starting is not None:
+            await asyncio.shield(entry.starting)
+            return entry.instance
+        if entry is not None and entry.instance.state in (
+            ToolLifecycleState.STARTED,
+            ToolLifecycleState.FAILED,
+        ):
+            return entry.instance
+        entry = owner._entries[toolset] = _Entry(toolset())
+        entry.starting = asyncio.ensure_future(owner._run_start(entry))
+        await asyncio.shield(entry.starting)
+        return entry.instance
+
+    async def _run_start(self, entry: _Entry) -> None:
+        instance = entry.instance
+        instance.cancel_token = self.token.child()
+        try:
+            await asyncio.wait_for(
+                instance.on_start(instance.cancel_token), type(instance).start_timeout
+            )
+        except Exception as exc:
+            instance.state = ToolLifecycleState.FAILED
+            instance.error = f"{type(exc).__name__}: {exc}"
+            instance.cancel_token.cancel()
+            logger.exception("Toolset %s failed to start", type(instance).name)
+        else:
+            instance.state = ToolLifecycleState.STARTED
+        finally:
+            entry.starting = None
+
+    async def start_all(self, wait: float | None = None) -> None:
+        """Start every toolset of this session's scope concurrently, waiting up to ``wait`` s."""
+        wanted = [t for t in _toolsets.values() if self.owner_of(t) is self]
+        if not wanted:
+            return
+        starting = asyncio.gather(*(self.start(toolset) for toolset in wanted))
+        try:
+            await asyncio.wait_for(asyncio.shield(starting), wait)
+        except TimeoutError:
+            logger.warning("Toolsets still starting after %ss; their tools answer not_ready", wait)
+
+    def begin(self) -> asyncio.Task[None]:
+        """Start this session's toolsets in the background (their tools are not_ready meanwhile)."""
+        for toolset in _toolsets.values():
+            owner = self.owner_of(toolset)
+            if toolset not in owner._entries:
+                entry = owner._entries[toolset] = _Entry(toolset())
+                entry.starting = asyncio.ensure_future(owner._run_start(entry))
+        return asyncio.ensure_future(self.start_all())
+
+    async def stop(self) -> None:
+        """Graceful end: ``on_stop`` for every started toolset held here."""
+        await self._end(cancel=False)
+
+    async def cancel(self) -> None:
+        """Abrupt end: fire the tokens, then ``on_cancel`` for every started toolset held here."""
+        await self._end(cancel=True)
+
+    async def _end(self, *, cancel: bool) -> None:
+        entries = list(self._entries.values())
+        for entry in entries:
+            if entry.starting is not None:
+                await asyncio.shield(entry.starting)
+        for entry in entries:
+            instance = entry.instance
+            if instance.state is not ToolLifecycleState.STARTED:
+                continue
+            try:
+                if cancel:
+                    if instance.cancel_token is not None:
+                        instance.cancel_token.cancel()
+                    await instance.on_cancel()
+                    instance.state = ToolLifecycleState.CANCELLED
+                else:
+                    await instance.on_stop()
+                    instance.state = ToolLifecycleState.STOPPED
+            except Exception:
+                instance.state = ToolLifecycleState.FAILED
+                logger.exception(
+                    "Toolset %s failed to %s", type(instance).name, "cancel" if cancel else "stop"
+                )
+            finally:
+                if instance.cancel_token is not None:
+                    instance.cancel_token.cancel()
+
+
+_process_sessions: dict[asyncio.AbstractEventLoop, ToolSession] = {}
+
+
+def process_session() -> ToolSession | None:
+    """This server loop's process-scoped toolsets, once a server bound them (else None)."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+    return _process_sessions.get(loop)
+
+
+def bind_process_session() -> ToolSession:
+    """Called on the server's event loop (first websocket, or ASGI lifespan startup)."""
+    loop = asyncio.get_running_loop()
+    session = _process_sessions.get(loop)
+    if session is None:
+        for old in [old for old in _process_sessions if old.is_closed()]:
+            del _process_sessions[old]
+        session = _process_sessions[loop] = ToolSession(scope="process")
+    return session
+
+
+async def stop_process_session() -> None:
+    session = _process_sessions.pop(asyncio.get_running_loop(), None)
+    if session is not None:
+        await session.stop()
+
+
+def new_session() -> ToolSession:
+    """A session for one chat connection (or one request), attached to the process's toolsets.
+
+    Without a server loop to hold them (a plain sync request), process-scoped toolsets live and
+    end with the session.
+    """
+    return ToolSession(scope="session", parent=process_session())
+
+
+class LifespanMiddleware:
+    """ASGI middleware: start process-scoped toolsets at lifespan startup, stop them at shutdown."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "lifespan":
+            await self.app(scope, receive, send)
+            return
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await bind_process_session().start_all()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await stop_process_session()
+                await send({"type": "lifespan.shutdown.complete"})
+                return

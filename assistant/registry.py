@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -55,6 +55,8 @@ class ToolCall:
     pending_action: PendingAction | None = None
     instance: Any = None
     cancel: CancellationToken | None = None
+    toolset: Any = None  # the Toolset instance serving a toolset tool
+    session: Any = None  # the ToolSession the call runs in
 
     @property
     def operation(self) -> str:
@@ -83,6 +85,8 @@ class AssistantTool:
     parameters: dict[str, Any]
     is_async: bool
     module: str
+    toolset: Any = None  # the Toolset class whose instance serves this tool
+    method: bool = False  # declared on a Toolset method, registered with its class
 
     @classmethod
     def declare(
@@ -102,6 +106,7 @@ class AssistantTool:
         object_check: tuple[str, str] | None = None,
         timeout: float | None = None,
         permission_mode: PermissionMode = "all",
+        method: bool = False,
     ) -> AssistantTool:
         """Build a tool from a declaration, raising ``ToolDefinitionError`` for anything unsafe."""
         if not isinstance(operation, str) or not OPERATION_RE.match(operation):
@@ -138,7 +143,7 @@ class AssistantTool:
         ):
             raise fail("timeout must be a positive number of seconds")
 
-        entities = entities_from_handler(handler, operation)
+        entities = entities_from_handler(handler, operation, method=method)
         names = {entity.name for entity in entities}
         if optional_entities is not None and set(optional_entities) != names:
             raise fail(
@@ -185,6 +190,7 @@ class AssistantTool:
             parameters=parameters_schema(entities),
             is_async=inspect.iscoroutinefunction(handler),
             module=getattr(handler, "__module__", "") or "",
+            method=method,
         )
 
     @property
@@ -351,19 +357,29 @@ class ToolRegistry:
 
         return {op: required_permissions(tool) for op, tool in self._tools.items()}
 
-    def visible_tools(self, user: Any) -> list[AssistantTool]:
-        """The tools this user may call, in registration order."""
+    def visible_tools(self, user: Any, session: Any = None) -> list[AssistantTool]:
+        """The tools this user may call (in this tool session), in registration order."""
         from .permissions import visible_tools
 
-        return visible_tools(user, self._tools.values())
+        tools: Iterable[AssistantTool] = self._tools.values()
+        if session is not None:
+            failed = session.failed()
+            if failed:
+                tools = [tool for tool in tools if tool.toolset not in failed]
+        return visible_tools(user, tools)
 
     def get_catalog(
-        self, user: Any, *, style: Literal["openai", "anthropic"] = "openai"
+        self,
+        user: Any,
+        *,
+        style: Literal["openai", "anthropic"] = "openai",
+        session: Any = None,
     ) -> list[dict[str, Any]]:
         """The LLM-ready tool list for this user (OpenAI or Anthropic tool format)."""
+        tools = self.visible_tools(user, session)
         if style == "anthropic":
-            return [tool.anthropic_spec() for tool in self.visible_tools(user)]
-        return [tool.openai_spec() for tool in self.visible_tools(user)]
+            return [tool.anthropic_spec() for tool in tools]
+        return [tool.openai_spec() for tool in tools]
 
     def tools_by_module(self, modules: Iterable[str]) -> list[AssistantTool]:
         wanted = set(modules)
@@ -393,8 +409,10 @@ def assistant_tool(
     """Declare a handler as an assistant tool; registers it and returns the function unchanged."""
 
     def decorator(handler: F) -> F:
+        method = _is_method(handler)
         tool = AssistantTool.declare(
             handler,
+            method=method,
             operation=operation,
             domain=domain,
             description=description,
@@ -409,8 +427,55 @@ def assistant_tool(
             timeout=timeout,
             permission_mode=permission_mode,
         )
-        (site if site is not None else registry).register(tool)
+        if not method:  # a Toolset method is registered with its class (@register_toolset)
+            (site if site is not None else registry).register(tool)
         handler.__assistant_tool__ = tool  # type: ignore[attr-defined]
         return handler
 
     return decorator
+
+
+def _is_method(handler: Callable[..., Any]) -> bool:
+    parameters = list(inspect.signature(handler).parameters)
+    return bool(parameters) and parameters[0] == "self"
+
+
+def _bound(function: Callable[..., Any], is_async: bool) -> Callable[..., Any]:
+    """A handler that calls the Toolset method on the instance dispatch found for the call."""
+    handler: Callable[..., Any]
+    if is_async:
+
+        async def async_handler(call: ToolCall, **entities: Any) -> Any:
+            return await function(call.toolset, call, **entities)
+
+        handler = async_handler
+    else:
+
+        def sync_handler(call: ToolCall, **entities: Any) -> Any:
+            return function(call.toolset, call, **entities)
+
+        handler = sync_handler
+    handler.__name__ = function.__name__
+    handler.__qualname__ = function.__qualname__
+    handler.__module__ = function.__module__
+    return handler
+
+
+def register_methods(toolset: type, site: ToolRegistry | None = None) -> list[AssistantTool]:
+    """Register every ``@assistant_tool`` method of a Toolset class."""
+    registered = []
+    for name in dir(toolset):
+        declared = getattr(getattr(toolset, name, None), "__assistant_tool__", None)
+        if not isinstance(declared, AssistantTool) or not declared.method:
+            continue
+        tool = replace(
+            declared,
+            handler=_bound(getattr(toolset, name), declared.is_async),
+            toolset=toolset,
+            module=toolset.__module__,
+        )
+        (site if site is not None else registry).register(tool)
+        registered.append(tool)
+    if not registered:
+        raise ToolDefinitionError(f"{toolset.__name__}: a toolset needs @assistant_tool methods")
+    return registered

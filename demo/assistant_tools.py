@@ -8,7 +8,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db.models import Q
 
-from assistant import ToolCall, ToolResult, assistant_tool
+from assistant import ToolCall, ToolResult, assistant_tool, register_toolset
+from assistant.toolsets.sql import SQLInspector
 
 User = get_user_model()
 
@@ -104,3 +105,11 @@ def set_password(call: ToolCall, user_id: int, new_password: str) -> ToolResult:
     account.set_password(new_password)
     account.save(update_fields=["password"])
     return ToolResult(text=f"Password changed for {account.get_username()}.")
+
+
+@register_toolset
+class DemoDatabase(SQLInspector):
+    """The example project's own database, read-only (operators may look, admins may query)."""
+
+    name = "demo_database"
+    database = "default"

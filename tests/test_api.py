@@ -40,6 +40,15 @@ ALL_TOOLS = sorted(
         "merge_orders",
         "show_report",
         "store_secret",
+        # toolsets and timeouts (diagnostics / database permissions)
+        "broken_tool",
+        "describe_table",
+        "list_tables",
+        "overrun",
+        "overrun_sync",
+        "probe_state",
+        "run_readonly_query",
+        "sluggish_tool",
     ]
 )
 

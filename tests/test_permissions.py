@@ -303,6 +303,14 @@ def test_dispatch_refuses_every_tool_the_catalog_hides(reader):
         "cancel_order": {"order_id": order.pk},
         "merge_orders": {"keep": 1, "remove": 2},
         "store_secret": {"label": "x", "secret": "y"},
+        "probe_state": {},
+        "broken_tool": {},
+        "sluggish_tool": {},
+        "overrun": {},
+        "overrun_sync": {},
+        "list_tables": {},
+        "describe_table": {"table": "auth_user"},
+        "run_readonly_query": {"sql": "SELECT 1"},
     }
     hidden = {tool.operation for tool in registry} - operations(reader)
     assert hidden == set(valid_entities)

@@ -85,9 +85,9 @@ def extract_entities(text: str, tool: AssistantTool) -> dict[str, Any]:
     return found
 
 
-def plan(text: str, user: Any, site: ToolRegistry = registry) -> list[Intent]:
+def plan(text: str, user: Any, site: ToolRegistry = registry, session: Any = None) -> list[Intent]:
     """Map a message to one intent among the tools this user may use; unmatched → capabilities."""
-    tools = site.visible_tools(user)
+    tools = site.visible_tools(user, session)
     tool = match_tool(text, tools)
     if tool is None:
         if FALLBACK_OPERATION in site:
@@ -102,7 +102,7 @@ def _plan_and_redact(turn: Turn) -> list[Intent]:
     from ..chat import redact_message
 
     assert turn.user_message is not None
-    intents = plan(turn.user_message.text, turn.user, turn.site)
+    intents = plan(turn.user_message.text, turn.user, turn.site, turn.session)
     redact_message(turn.user_message, intents, turn.site)
     return intents
 

@@ -91,7 +91,7 @@ class LLMPlanner:
 
     async def converse(self, turn: Turn, config: dict[str, Any]) -> None:
         client = make_client(config)
-        tools = await sync_to_async(turn.site.get_catalog)(turn.user)
+        tools = await sync_to_async(turn.site.get_catalog)(turn.user, session=turn.session)
         earlier = await sync_to_async(history)(turn, int(config["MAX_HISTORY"]))
         messages: list[dict[str, Any]] = [{"role": "system", "content": config["SYSTEM_PROMPT"]}]
         messages += earlier

@@ -9,8 +9,16 @@ from typing import Annotated, Literal
 
 from django.db.models import F
 
-from assistant import ToolCall, ToolResult, assistant_tool
+from assistant import (
+    CancellationToken,
+    ToolCall,
+    ToolResult,
+    Toolset,
+    assistant_tool,
+    register_toolset,
+)
 from assistant.exceptions import PermissionDenied
+from assistant.toolsets.sql import SQLInspector
 
 from .models import Order
 
@@ -225,3 +233,128 @@ def slow_sync(call: ToolCall, seconds: float = 30.0) -> ToolResult:
     if call.cancel.wait(seconds):
         return ToolResult(text="stopped early")
     return ToolResult(text=f"slept {seconds:g}s")
+
+
+# -- toolsets (lifecycle tests) ------------------------------------------------------------------
+
+LIFECYCLE_LOG: list[str] = []
+
+
+@register_toolset
+class Probe(Toolset):
+    """Records its lifecycle; keeps a background task running until its token fires."""
+
+    name = "probe"
+    cacheable = True
+
+    async def on_start(self, cancel: CancellationToken) -> None:
+        LIFECYCLE_LOG.append("probe:start")
+        self.heartbeats = 0
+        self.spawn(self._beat())
+
+    async def _beat(self) -> None:
+        try:
+            while True:
+                self.heartbeats += 1
+                await asyncio.sleep(0.01)
+        except asyncio.CancelledError:
+            LIFECYCLE_LOG.append("probe:background-exit")
+            raise
+
+    async def on_stop(self) -> None:
+        LIFECYCLE_LOG.append("probe:stop")
+
+    async def on_cancel(self) -> None:
+        LIFECYCLE_LOG.append("probe:cancel")
+        await super().on_cancel()
+
+    @assistant_tool(
+        operation="probe_state",
+        domain="diagnostics",
+        description="Report the probe toolset's state",
+        risk_level="safe",
+        permission_checks=[("diagnostics", "RUN")],
+        keywords=["probe state"],
+    )
+    async def probe_state(self, call: ToolCall) -> ToolResult:
+        return ToolResult(text=f"probe {self.state} id={id(self)}", data={"id": id(self)})
+
+
+@register_toolset
+class Broken(Toolset):
+    """Fails to start."""
+
+    name = "broken"
+
+    async def on_start(self, cancel: CancellationToken) -> None:
+        raise ConnectionError("the backend is down")
+
+    @assistant_tool(
+        operation="broken_tool",
+        domain="diagnostics",
+        description="A tool whose toolset cannot start",
+        risk_level="safe",
+        permission_checks=[("diagnostics", "RUN")],
+        keywords=["broken tool"],
+    )
+    def broken_tool(self, call: ToolCall) -> ToolResult:
+        return ToolResult(text="never")
+
+
+@register_toolset
+class Sluggish(Toolset):
+    """Takes ``delay`` seconds to start (set it in a test)."""
+
+    name = "sluggish"
+    delay: float = 0.0
+
+    async def on_start(self, cancel: CancellationToken) -> None:
+        await asyncio.sleep(type(self).delay)
+
+    @assistant_tool(
+        operation="sluggish_tool",
+        domain="diagnostics",
+        description="A tool whose toolset starts slowly",
+        risk_level="safe",
+        permission_checks=[("diagnostics", "RUN")],
+        keywords=["sluggish tool"],
+    )
+    def sluggish_tool(self, call: ToolCall) -> ToolResult:
+        return ToolResult(text="ready")
+
+
+@register_toolset
+class TestDatabase(SQLInspector):
+    """The test database, read-only."""
+
+    name = "test_database"
+    database = "default"
+
+
+@assistant_tool(
+    operation="overrun",
+    domain="diagnostics",
+    description="An async tool that overruns its timeout",
+    risk_level="safe",
+    permission_checks=[("diagnostics", "RUN")],
+    timeout=0.2,
+    keywords=["overrun"],
+)
+async def overrun(call: ToolCall, seconds: float = 5.0) -> ToolResult:
+    await asyncio.sleep(seconds)
+    return ToolResult(text="finished")
+
+
+@assistant_tool(
+    operation="overrun_sync",
+    domain="diagnostics",
+    description="A sync tool that overruns its timeout but watches its token",
+    risk_level="safe",
+    permission_checks=[("diagnostics", "RUN")],
+    timeout=0.2,
+    keywords=["overrun sync"],
+)
+def overrun_sync(call: ToolCall, seconds: float = 5.0) -> ToolResult:
+    assert call.cancel is not None
+    call.cancel.wait(seconds)
+    return ToolResult(text="finished")

@@ -13,7 +13,12 @@ DEMO_USERS = [
     ("viewer", "viewer-demo-password", False, False, "viewers"),
 ]
 GROUP_PERMISSIONS = {
-    "operators": ["auth.view_user", "auth.change_user", "assistant.view_auditentry"],
+    "operators": [
+        "auth.view_user",
+        "auth.change_user",
+        "assistant.view_auditentry",
+        "assistant.database_read",
+    ],
     "viewers": ["auth.view_user"],
 }
 

@@ -1,0 +1,307 @@
+"""``SQLInspector``: a read-only look into a database — its tables, their columns, bounded SELECTs.
+
+The seed's Postgres example as a toolset: it connects on start (a Django ``DATABASES`` alias or a
+DSN), introspects and caches the schema, runs every query in a read-only transaction with a
+statement timeout and a row cap, cancels the query on the server when the run is stopped, and
+closes its connection on stop. Register it (or a subclass naming another database) to enable it:
+
+    @register_toolset
+    class ReportingDatabase(SQLInspector):
+        database = "reporting"
+
+Connect it as a database role that may read only what its users may see: a read-only
+transaction stops writes, not reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, ClassVar, Protocol
+
+from ..lifecycle import CancellationToken, Toolset
+from ..registry import ToolCall, ToolResult, assistant_tool
+
+SUMMARY_ROWS = 10  # rows the model sees; the UI gets every row up to the cap
+
+
+class QueryError(Exception):
+    """The database refused or stopped the query."""
+
+
+class _Backend(Protocol):
+    async def connect(self) -> None: ...
+    async def tables(self) -> dict[str, list[tuple[str, str, bool]]]: ...
+    async def query(self, sql: str, limit: int, seconds: float) -> tuple[list[str], list[Any]]: ...
+    async def cancel(self) -> None: ...
+    async def close(self) -> None: ...
+
+
+class _Postgres:
+    def __init__(self, conninfo: str | None, params: dict[str, Any]) -> None:
+        self.conninfo = conninfo
+        self.params = params
+        self.connection: Any = None
+        self.lock = asyncio.Lock()
+
+    async def connect(self) -> None:
+        import psycopg
+
+        if self.conninfo:
+            self.connection = await psycopg.AsyncConnection.connect(self.conninfo)
+        else:
+            self.connection = await psycopg.AsyncConnection.connect(**self.params)
+        await self.connection.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+        await self.connection.commit()
+
+    async def tables(self) -> dict[str, list[tuple[str, str, bool]]]:
+        async with self.lock, self.connection.cursor() as cursor:
+            await cursor.execute(
+                "SELECT table_name, column_name, data_type, is_nullable = 'YES' "
+                "FROM information_schema.columns WHERE table_schema = current_schema() "
+                "ORDER BY table_name, ordinal_position"
+            )
+            rows = await cursor.fetchall()
+            await self.connection.rollback()
+        schema: dict[str, list[tuple[str, str, bool]]] = {}
+        for table, column, kind, nullable in rows:
+            schema.setdefault(table, []).append((column, kind, nullable))
+        return schema
+
+    async def query(self, sql: str, limit: int, seconds: float) -> tuple[list[str], list[Any]]:
+        import psycopg
+
+        async with self.lock:
+            try:
+                async with self.connection.cursor() as cursor:
+                    await cursor.execute(f"SET LOCAL statement_timeout = {int(seconds * 1000)}")
+                    await cursor.execute(sql)
+                    columns = [column.name for column in cursor.description or []]
+                    rows = await cursor.fetchmany(limit + 1) if cursor.description else []
+            except asyncio.CancelledError:
+                await self.cancel()
+                await self._reset()
+                raise
+            except psycopg.Error as exc:
+                await self._reset()
+                raise QueryError(str(exc).strip().splitlines()[0]) from exc
+            await self.connection.rollback()
+        return columns, rows
+
+    async def _reset(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.connection.rollback()
+
+    async def cancel(self) -> None:
+        if self.connection is not None and not self.connection.closed:
+            await self.connection.cancel_safe()
+
+    async def close(self) -> None:
+        if self.connection is not None:
+            await self.connection.close()
+
+
+class _SQLite:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.connection: sqlite3.Connection | None = None
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sql-inspector")
+
+    async def _run(self, function: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self.executor, function, *args)
+
+    def _connect(self) -> None:
+        if self.path.startswith("file:"):
+            self.connection = sqlite3.connect(self.path, uri=True, check_same_thread=False)
+        else:
+            self.connection = sqlite3.connect(
+                f"file:{self.path}?mode=ro", uri=True, check_same_thread=False
+            )
+        self.connection.execute("PRAGMA query_only = ON")
+
+    async def connect(self) -> None:
+        await self._run(self._connect)
+
+    def _tables(self) -> dict[str, list[tuple[str, str, bool]]]:
+        assert self.connection is not None
+        names = [
+            row[0]
+            for row in self.connection.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' "
+                "AND name NOT LIKE 'sqlite_%' ORDER BY name"
+            )
+        ]
+        return {
+            name: [
+                (column, kind, not notnull)
+                for _, column, kind, notnull, _, _ in self.connection.execute(
+                    f'PRAGMA table_info("{name}")'
+                )
+            ]
+            for name in names
+        }
+
+    async def tables(self) -> dict[str, list[tuple[str, str, bool]]]:
+        return await self._run(self._tables)
+
+    def _query(self, sql: str, limit: int, timeout: float) -> tuple[list[str], list[Any]]:
+        assert self.connection is not None
+        deadline = time.monotonic() + timeout
+        self.connection.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
+        try:
+            cursor = self.connection.execute(sql)
+            columns = [column[0] for column in cursor.description or []]
+            rows = cursor.fetchmany(limit + 1) if cursor.description else []
+        except sqlite3.Error as exc:
+            raise QueryError(str(exc)) from exc
+        finally:
+            self.connection.set_progress_handler(None, 0)
+        return columns, rows
+
+    async def query(self, sql: str, limit: int, seconds: float) -> tuple[list[str], list[Any]]:
+        try:
+            return await self._run(self._query, sql, limit, seconds)
+        except asyncio.CancelledError:
+            await self.cancel()
+            raise
+
+    async def cancel(self) -> None:
+        if self.connection is not None:
+            self.connection.interrupt()
+
+    async def close(self) -> None:
+        if self.connection is not None:
+            await self._run(self.connection.close)
+        self.executor.shutdown(wait=False)
+
+
+def _backend(database: str) -> _Backend:
+    """A connection of its own to a Django database alias or a DSN."""
+    if "://" in database or "=" in database:
+        if database.startswith(("sqlite://", "file:")):
+            return _SQLite(database.removeprefix("sqlite://"))
+        return _Postgres(database, {})
+    from django.db import connections
+
+    connection = connections[database]
+    if connection.vendor == "sqlite":
+        name = str(connection.settings_dict["NAME"])
+        return _SQLite(name if name != ":memory:" else "file::memory:?cache=shared")
+    if connection.vendor == "postgresql":
+        settings = connection.settings_dict
+        params = {
+            "dbname": settings["NAME"],
+            "user": settings.get("USER") or None,
+            "password": settings.get("PASSWORD") or None,
+            "host": settings.get("HOST") or None,
+            "port": settings.get("PORT") or None,
+        }
+        return _Postgres(None, {key: value for key, value in params.items() if value})
+    raise ValueError(f"SQLInspector supports PostgreSQL and SQLite, not {connection.vendor}")
+
+
+def _table_text(rows: list[list[Any]], columns: list[str]) -> str:
+    lines = [" | ".join(columns)]
+    lines += [" | ".join("NULL" if value is None else str(value) for value in row) for row in rows]
+    return "\n".join(lines)
+
+
+class SQLInspector(Toolset):
+    """Read-only access to one database: list tables, describe one, run a bounded SELECT."""
+
+    name = "sql_inspector"
+    cacheable = True
+    scope = "session"
+    database: ClassVar[str] = "default"  # a DATABASES alias, or a DSN
+    row_limit: ClassVar[int] = 200
+    statement_timeout: ClassVar[float] = 5.0
+    hidden_tables: ClassVar[frozenset[str]] = frozenset({"django_session", "authtoken_token"})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.backend: _Backend | None = None
+        self.schema: dict[str, list[tuple[str, str, bool]]] = {}
+
+    async def on_start(self, cancel: CancellationToken) -> None:
+        self.backend = _backend(self.database)
+        await self.backend.connect()
+        schema = await self.backend.tables()
+        self.schema = {
+            name: columns for name, columns in schema.items() if name not in self.hidden_tables
+        }
+
+    async def on_stop(self) -> None:
+        if self.backend is not None:
+            await self.backend.close()
+            self.backend = None
+
+    async def on_cancel(self) -> None:
+        if self.backend is not None:
+            await self.backend.cancel()
+        await self.on_stop()
+
+    @assistant_tool(
+        operation="list_tables",
+        domain="database",
+        description="List the tables of the database, optionally those whose name contains a word",
+        risk_level="safe",
+        permission_checks=[("database", "READ")],
+        keywords=["list tables", "tables"],
+    )
+    async def list_tables(self, call: ToolCall, search: str | None = None) -> ToolResult:
+        names = sorted(name for name in self.schema if not search or search.lower() in name.lower())
+        if not names:
+            return ToolResult(text="No tables match.", data=[])
+        return ToolResult(text=f"{len(names)} tables: " + ", ".join(names), data=names)
+
+    @assistant_tool(
+        operation="describe_table",
+        domain="database",
+        description="Show a table's columns with their types and whether they may be empty",
+        risk_level="safe",
+        permission_checks=[("database", "READ")],
+        keywords=["describe table"],
+    )
+    async def describe_table(self, call: ToolCall, table: str) -> ToolResult:
+        columns = self.schema.get(table)
+        if columns is None:
+            return ToolResult(text=f"There is no table named {table!r}.")
+        rows = [
+            {"column": name, "type": kind, "nullable": nullable} for name, kind, nullable in columns
+        ]
+        lines = [
+            f"{name} {kind}{'' if nullable else ' NOT NULL'}" for name, kind, nullable in columns
+        ]
+        return ToolResult(text=f"{table}:\n" + "\n".join(lines), data=rows)
+
+    @assistant_tool(
+        operation="run_readonly_query",
+        domain="database",
+        description=(
+            "Run one read-only SQL query (SELECT) and return its rows, capped; "
+            "writes are refused by the database"
+        ),
+        risk_level="guarded",
+        permission_checks=[("database", "QUERY")],
+        keywords=["run query", "select from", "sql query"],
+    )
+    async def run_readonly_query(self, call: ToolCall, sql: str, limit: int = 50) -> ToolResult:
+        assert self.backend is not None
+        limit = max(1, min(limit, self.row_limit))
+        try:
+            columns, fetched = await self.backend.query(sql, limit, self.statement_timeout)
+        except QueryError as exc:
+            return ToolResult(text=f"The database refused the query: {exc}")
+        truncated = len(fetched) > limit
+        rows = [list(row) for row in fetched[:limit]]
+        shown = rows[:SUMMARY_ROWS]
+        summary = f"{len(rows)}{'+' if truncated else ''} rows"
+        if len(rows) > len(shown):
+            summary += f" (first {len(shown)} shown)"
+        return ToolResult(
+            text=f"{summary}:\n{_table_text(shown, columns)}" if columns else "The query ran.",
+            data={"columns": columns, "rows": rows, "truncated": truncated},
+        )
