@@ -138,7 +138,15 @@ def test_json_describes_each_tool(operation, expected):
 def test_the_table_shows_every_tool_with_its_risk_confirmation_permissions_and_module():
     header, rows, total = table()
 
-    assert header == ["operation", "domain", "risk_level", "confirm", "permissions", "module"]
+    assert header == [
+        "operation",
+        "domain",
+        "risk_level",
+        "confirm",
+        "permissions",
+        "toolset",
+        "module",
+    ]
     assert set(rows) == {tool.operation for tool in registry}
     assert rows["cancel_order"] == [
         "cancel_order",
@@ -146,9 +154,11 @@ def test_the_table_shows_every_tool_with_its_risk_confirmation_permissions_and_m
         "dangerous",
         "yes",
         "testapp.change_order",
+        "-",
         TESTAPP,
     ]
-    assert rows["ping"] == ["ping", "diagnostics", "safe", "no", "public", TESTAPP]
+    assert rows["ping"] == ["ping", "diagnostics", "safe", "no", "public", "-", TESTAPP]
+    assert rows["probe_state"][5] == "probe (session)"
     assert rows["merge_orders"][4] == "testapp.change_order, testapp.delete_order"
     assert rows["export_orders"][4] == "any of testapp.view_order, assistant.reports_read"
     assert total == f"{len(registry)} tools"
@@ -241,3 +251,12 @@ def test_the_table_as_a_user_adds_a_visibility_column_with_reasons(reader):
 def test_an_unknown_user_is_a_command_error(reader, args):
     with pytest.raises(CommandError, match="No user named 'ghost'"):
         run(*args)
+
+
+def test_json_names_a_toolset_tool_s_toolset_and_lifecycle():
+    row = inventory()["list_tables"]
+
+    assert row["toolset"] == "test_database"
+    assert row["lifecycle"] == "per session (starts with each chat connection)"
+    assert inventory()["overrun"]["timeout"] == 0.2
+    assert inventory()["ping"]["lifecycle"] == "none"

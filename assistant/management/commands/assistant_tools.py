@@ -22,8 +22,24 @@ def inventory_row(tool: AssistantTool) -> dict[str, Any]:
         "permissions": list(required_permissions(tool)),
         "permission_mode": tool.permission_mode,
         "object_check": list(tool.object_check) if tool.object_check else None,
+        "timeout": tool.timeout,
+        "toolset": tool.toolset.name if tool.toolset else None,
+        "lifecycle": _lifecycle(tool),
         "module": tool.module,
     }
+
+
+def _lifecycle(tool: AssistantTool) -> str:
+    """How the tool's resources live: per chat session, per process, or no lifecycle at all."""
+    if tool.toolset is None:
+        return "none"
+    from ...lifecycle import process_session
+
+    if tool.toolset.scope == "process":
+        session = process_session()
+        state = session.state(tool.toolset) if session is not None else None
+        return f"process ({state or 'not started'})"
+    return "per session (starts with each chat connection)"
 
 
 class Command(BaseCommand):
@@ -62,7 +78,15 @@ class Command(BaseCommand):
         self._table(rows, username)
 
     def _table(self, rows: list[dict[str, Any]], username: str | None) -> None:
-        columns = ["operation", "domain", "risk_level", "confirm", "permissions", "module"]
+        columns = [
+            "operation",
+            "domain",
+            "risk_level",
+            "confirm",
+            "permissions",
+            "toolset",
+            "module",
+        ]
         if username is not None:
             columns.append(f"visible to {username}")
         lines = []
@@ -73,6 +97,7 @@ class Command(BaseCommand):
                 row["risk_level"],
                 "yes" if row["requires_confirmation"] else "no",
                 _permissions_cell(row),
+                f"{row['toolset']} ({tool_scope(row)})" if row["toolset"] else "-",
                 row["module"],
             ]
             if username is not None:
@@ -90,3 +115,7 @@ def _permissions_cell(row: dict[str, Any]) -> str:
         return "public"
     prefix = "any of " if row["permission_mode"] == "any" and len(row["permissions"]) > 1 else ""
     return prefix + ", ".join(row["permissions"])
+
+
+def tool_scope(row: dict[str, Any]) -> str:
+    return "process" if str(row["lifecycle"]).startswith("process") else "session"
