@@ -27,6 +27,12 @@ DEFAULTS: dict[str, Any] = {
     "WEBSOCKET_PATH": "/ws/assistant/",
     # turns running at once in one server process; more wait for a free slot
     "MAX_CONCURRENT_TURNS": 32,
+    # background jobs: the Tasks queue they go to, how often a running job's worker beats, when
+    # a silent one counts as dead, and how often web processes relay job progress to the chat
+    "JOB_QUEUE": "default",
+    "JOB_HEARTBEAT": 5.0,
+    "JOB_STALE_AFTER": 60.0,
+    "JOB_RELAY_INTERVAL": 0.5,
     # where recent events are kept for replay: None (this process's memory) or a redis:// URL
     "EVENT_LOG": None,
     "EVENT_LOG_KEEP": 1000,

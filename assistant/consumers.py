@@ -22,9 +22,10 @@ from .chat import (
 from .conf import assistant_settings
 from .eventlog import event_log
 from .exceptions import AssistantError
+from .jobs import cancel_job
 from .lifecycle import ToolSession, bind_process_session, new_session
 from .models import Conversation, Message, PendingAction
-from .runner import group_name, request_stop
+from .runner import group_name, job_relay, request_stop
 
 logger = logging.getLogger("assistant.consumers")
 UNAUTHENTICATED = 4401
@@ -45,6 +46,7 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         self.watching: dict[str, Conversation] = {}
         self.current: str | None = None
         self.tools: ToolSession | None = None
+        self.relaying = False
         await self.accept()
         if self.user is None or not self.user.is_authenticated:
             await self.close(code=UNAUTHENTICATED)
@@ -53,9 +55,13 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         bind_process_session()
         self.tools = new_session()
         self.tools.begin()
+        job_relay().acquire()
+        self.relaying = True
         await self.send_pending_actions()
 
     async def disconnect(self, code: int) -> None:
+        if self.relaying:
+            job_relay().release()
         for thread_id in self.watching:
             await self.channel_layer.group_discard(group_name(thread_id), self.channel_name)
         if self.tools is not None:
@@ -172,6 +178,10 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         await request_stop(str(conversation.pk), content.get("run"))
         if self.tools is not None:
             await self.tools.cancel()  # in-flight work of this session's toolsets stops too
+
+    async def on_cancel_job(self, content: dict[str, Any]) -> None:
+        """Stop one of the user's background jobs (a running one stops at its next check)."""
+        await sync_to_async(cancel_job)(self.user, self.required(content, "job"))
 
     async def on_resume(self, content: dict[str, Any]) -> None:
         conversation = await self.own(self.required(content, "conversation"))

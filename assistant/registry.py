@@ -15,6 +15,7 @@ from .exceptions import AlreadyRegistered, RegistryFrozen, ToolDefinitionError, 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
+    from .jobs import JobManager
     from .lifecycle import CancellationToken
     from .models import Conversation, PendingAction
 
@@ -61,6 +62,13 @@ class ToolCall:
     @property
     def operation(self) -> str:
         return self.tool.operation
+
+    @property
+    def jobs(self) -> JobManager:
+        """The task manager: ``call.jobs.enqueue(func, *args)`` for long work."""
+        from .jobs import JobManager
+
+        return JobManager(self)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True, eq=False, weakref_slot=True)

@@ -202,3 +202,111 @@ def keep(task: asyncio.Task[Any]) -> asyncio.Task[Any]:
     RUNNING.add(task)
     task.add_done_callback(RUNNING.discard)
     return task
+
+
+class JobRelay:
+    """Brings job progress and completion from the database to the chat, in every web process.
+
+    Workers only write rows (they may run with no channel layer at all, or another one); while
+    sockets are connected, each web process polls for jobs that changed and sends an
+    ``assistant.job`` event (and the completion message) to their conversation. It also reaps
+    jobs whose worker went silent.
+    """
+
+    def __init__(self) -> None:
+        self.watchers = 0
+        self.task: asyncio.Task[None] | None = None
+        self.announced: set[str] = set()
+
+    def acquire(self) -> None:
+        self.watchers += 1
+        if self.task is None or self.task.done():
+            self.task = asyncio.ensure_future(self._run())
+
+    def release(self) -> None:
+        self.watchers = max(0, self.watchers - 1)
+
+    async def _run(self) -> None:
+        from django.utils import timezone
+
+        since = timezone.now()
+        last_reap = 0.0
+        loop = asyncio.get_running_loop()
+        while self.watchers > 0:
+            await asyncio.sleep(float(assistant_settings.JOB_RELAY_INTERVAL))
+            try:
+                since = await self.relay(since)
+                if loop.time() - last_reap > float(assistant_settings.JOB_STALE_AFTER) / 2:
+                    last_reap = loop.time()
+                    from .jobs import reap_stale_jobs
+
+                    await sync_to_async(reap_stale_jobs)()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("Relaying job progress failed; retrying")
+
+    async def relay(self, since: Any) -> Any:
+        """Send what changed after ``since``; returns the new watermark."""
+        changed, messages = await sync_to_async(_changed_jobs)(since)
+        for job, event in changed:
+            publisher = Publisher(str(job.conversation_id))
+            publisher.put(_frame(events_custom("assistant.job", event), job.conversation_id))
+            message = messages.get(job.pk)
+            if message is not None and str(message.pk) not in self.announced:
+                self.announced.add(str(message.pk))
+                for frame in _message_frames(message):
+                    publisher.put(frame)
+            await publisher.close()
+            since = max(since, job.updated_at)
+        return since
+
+
+def _changed_jobs(since: Any) -> tuple[list[Any], dict[Any, Any]]:
+    from .jobs import job_event
+    from .models import Job
+
+    jobs = list(
+        Job.objects.filter(updated_at__gt=since, conversation__isnull=False)
+        .select_related("completion_message")
+        .order_by("updated_at")[:500]
+    )
+    messages = {job.pk: job.completion_message for job in jobs if job.completion_message}
+    return [(job, job_event(job)) for job in jobs], messages
+
+
+def events_custom(name: str, value: Any) -> Any:
+    from . import events
+
+    return events.custom(name, value)
+
+
+def _frame(event: Any, thread_id: Any) -> dict[str, Any]:
+    from . import events
+
+    return events.frame(event, thread_id=str(thread_id), run_id=None)
+
+
+def _message_frames(message: Any) -> list[dict[str, Any]]:
+    from . import events
+
+    message_id = str(message.pk)
+    thread_id = message.conversation_id
+    return [
+        _frame(events.text_start(message_id), thread_id),
+        _frame(events.text_content(message_id, message.text), thread_id),
+        _frame(events.text_end(message_id), thread_id),
+    ]
+
+
+_relays: dict[asyncio.AbstractEventLoop, JobRelay] = {}
+
+
+def job_relay() -> JobRelay:
+    loop = asyncio.get_running_loop()
+    relay = _relays.get(loop)
+    if relay is None:
+        for old in [old for old in _relays if old.is_closed()]:
+            del _relays[old]
+        relay = _relays[loop] = JobRelay()
+    return relay

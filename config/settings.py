@@ -27,6 +27,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "guardian",
     "channels",
+    "django_tasks_db",
     "assistant",
     "demo",
 ]
@@ -88,6 +89,10 @@ CHANNEL_LAYERS = {
         else {"BACKEND": "channels.layers.InMemoryChannelLayer"}
     )
 }
+
+# Background jobs: the database backend and its worker (`manage.py db_worker`); on PostgreSQL,
+# several workers claim tasks with SKIP LOCKED.
+TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 
 AUTHENTICATION_BACKENDS = [
     "django.contrib.auth.backends.ModelBackend",

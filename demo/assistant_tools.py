@@ -11,6 +11,8 @@ from django.db.models import Q
 from assistant import ToolCall, ToolResult, assistant_tool, register_toolset
 from assistant.toolsets.sql import SQLInspector
 
+from .jobs import build_user_report
+
 User = get_user_model()
 
 
@@ -113,3 +115,18 @@ class DemoDatabase(SQLInspector):
 
     name = "demo_database"
     database = "default"
+
+
+@assistant_tool(
+    operation="user_report",
+    domain="users",
+    description="Build a report on every account in the background, with progress",
+    risk_level="guarded",
+    permission_checks=[("users", "READ")],
+    keywords=["user report", "report on users"],
+)
+def user_report(call: ToolCall, pause: float = 0.5) -> ToolResult:
+    job = call.jobs.enqueue(build_user_report, pause)
+    return ToolResult(
+        text=f"Building the user report in the background (task {job.pk}).", task_id=str(job.pk)
+    )

@@ -24,6 +24,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "guardian",
     "channels",
+    "django_tasks_db",
     "assistant",
     "tests.testapp",
 ]
@@ -65,6 +66,10 @@ DATABASES = {"default": _database}
 
 REDIS_URL = os.environ.get("REDIS_URL")
 CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# Jobs run at once in the test process; tests that need a real worker switch to the database
+# backend and start `db_worker`.
+TASKS = {"default": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"}}
 
 AUTHENTICATION_BACKENDS = [
     "django.contrib.auth.backends.ModelBackend",

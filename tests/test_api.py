@@ -25,6 +25,7 @@ PUBLIC_TOOLS = [
     "echo_types",
     "explode",
     "forbid",
+    "get_task_status",
     "ping",
     "show_capabilities",
     "slow",
@@ -49,6 +50,7 @@ ALL_TOOLS = sorted(
         "probe_state",
         "run_readonly_query",
         "sluggish_tool",
+        "start_job",
     ]
 )
 

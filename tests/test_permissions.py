@@ -25,6 +25,7 @@ PUBLIC = {
     "echo_types",
     "slow",
     "slow_sync",
+    "get_task_status",
 }
 
 
@@ -311,6 +312,7 @@ def test_dispatch_refuses_every_tool_the_catalog_hides(reader):
         "list_tables": {},
         "describe_table": {"table": "auth_user"},
         "run_readonly_query": {"sql": "SELECT 1"},
+        "start_job": {},
     }
     hidden = {tool.operation for tool in registry} - operations(reader)
     assert hidden == set(valid_entities)

@@ -8,7 +8,7 @@ from rest_framework import serializers
 
 from ..conf import assistant_settings
 from ..dispatch import Outcome
-from ..models import AuditEntry, Conversation, Message, PendingAction
+from ..models import AuditEntry, Conversation, Job, Message, PendingAction
 from ..registry import registry
 
 
@@ -141,3 +141,30 @@ class ErrorSerializer(serializers.Serializer[Any]):
     code = serializers.CharField()
     detail = serializers.CharField()
     errors = serializers.DictField(required=False)  # type: ignore[assignment]
+
+
+class JobSerializer(serializers.ModelSerializer[Job]):
+    username = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Job
+        fields = [
+            "id",
+            "operation",
+            "status",
+            "progress",
+            "progress_message",
+            "result",
+            "result_data",
+            "error",
+            "cancel_requested",
+            "conversation",
+            "username",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "heartbeat_at",
+        ]
+
+    def get_username(self, job: Job) -> str:
+        return job.user.get_username() if job.user is not None else ""

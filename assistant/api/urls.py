@@ -48,6 +48,9 @@ schema_patterns = [
         name="staff-conversation-history",
     ),
     path("admin/audit/", views.AuditListView.as_view(), name="audit"),
+    path("jobs/", views.JobListView.as_view(), name="jobs"),
+    path("jobs/<uuid:job_id>/", views.JobDetailView.as_view(), name="job"),
+    path("jobs/<uuid:job_id>/cancel/", views.JobCancelView.as_view(), name="job-cancel"),
 ]
 
 

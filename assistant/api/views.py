@@ -31,7 +31,8 @@ from ..chat import conversation_for, run_turn
 from ..conf import assistant_settings
 from ..dispatch import Outcome, cancel_action, confirm_action, dispatch
 from ..exceptions import AssistantError
-from ..models import AuditEntry, Conversation, PendingAction
+from ..jobs import cancel_job, job_for
+from ..models import AuditEntry, Conversation, Job, PendingAction
 from ..permissions import IsAuditViewer
 from ..registry import registry
 from .serializers import (
@@ -40,6 +41,7 @@ from .serializers import (
     ConversationSerializer,
     DispatchInput,
     ErrorSerializer,
+    JobSerializer,
     MessageInput,
     MessageSerializer,
     OutcomeSerializer,
@@ -419,3 +421,44 @@ class AuditListView(StaffView):
         paginator = AuditCursorPagination()
         page = paginator.paginate_queryset(entries, request, view=self)
         return paginator.get_paginated_response(AuditEntrySerializer(page, many=True).data)
+
+
+class JobListView(AssistantAPIView):
+    @extend_schema(
+        summary="Your background jobs (staff with assistant.view_job: everyone's with ?all=1)",
+        parameters=[
+            OpenApiParameter("status", str, enum=list(Job.Status.values)),
+            OpenApiParameter("all", bool),
+        ],
+        responses=JobSerializer(many=True),
+    )
+    def get(self, request: Request) -> Response:
+        jobs = Job.objects.select_related("user")
+        if request.query_params.get("all") in ("1", "true"):
+            jobs = jobs.visible_to(request.user)
+        else:
+            jobs = jobs.owned_by(request.user)
+        wanted = request.query_params.get("status")
+        if wanted:
+            if wanted not in Job.Status.values:
+                raise exceptions.ValidationError({"status": "unknown status"})
+            jobs = jobs.filter(status=wanted)
+        paginator = PagePagination()
+        page = paginator.paginate_queryset(jobs.order_by("-created_at"), request, view=self)
+        return paginator.get_paginated_response(JobSerializer(page, many=True).data)
+
+
+class JobDetailView(AssistantAPIView):
+    @extend_schema(summary="One job: status, progress, result", responses=JobSerializer)
+    def get(self, request: Request, job_id: str) -> Response:
+        return Response(JobSerializer(job_for(request.user, job_id)).data)
+
+
+class JobCancelView(AssistantAPIView):
+    @extend_schema(
+        summary="Ask a job to stop (a running one stops at its next check)",
+        request=None,
+        responses=JobSerializer,
+    )
+    def post(self, request: Request, job_id: str) -> Response:
+        return Response(JobSerializer(cancel_job(request.user, job_id)).data)

@@ -20,6 +20,7 @@ from assistant import (
 from assistant.exceptions import PermissionDenied
 from assistant.toolsets.sql import SQLInspector
 
+from . import jobs
 from .models import Order
 
 
@@ -358,3 +359,26 @@ def overrun_sync(call: ToolCall, seconds: float = 5.0) -> ToolResult:
     assert call.cancel is not None
     call.cancel.wait(seconds)
     return ToolResult(text="finished")
+
+
+@assistant_tool(
+    operation="start_job",
+    domain="diagnostics",
+    description="Start a background job",
+    risk_level="guarded",
+    permission_checks=[("diagnostics", "RUN")],
+    keywords=["start job"],
+)
+def start_job(
+    call: ToolCall,
+    kind: Literal["count", "wait", "explode"] = "count",
+    steps: int = 3,
+    seconds: float = 30.0,
+) -> ToolResult:
+    if kind == "count":
+        job = call.jobs.enqueue(jobs.count_orders, steps)
+    elif kind == "wait":
+        job = call.jobs.enqueue(jobs.wait_for_cancel, seconds)
+    else:
+        job = call.jobs.enqueue(jobs.explode)
+    return ToolResult(text=f"started {kind} job {job.pk}", task_id=str(job.pk))

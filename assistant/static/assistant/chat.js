@@ -140,6 +140,8 @@
         showNotice(value.message, true);
       } else if (frame.name === "assistant.resumed") {
         state.lastSeq[frame.threadId] = value.last;
+      } else if (frame.name === "assistant.job") {
+        jobCard(value);
       }
     },
   };
@@ -192,6 +194,33 @@
       badge.textContent = decision;
       badge.className = "badge " + decision;
     });
+  }
+
+  // A background job: a progress bar, a Cancel button while it runs, its outcome when done.
+  function jobCard(job) {
+    let card = document.getElementById("j-" + job.id);
+    if (!card) {
+      ui.empty.hidden = true;
+      card = el("div", "job");
+      card.id = "j-" + job.id;
+      const head = el("div", "job-head");
+      const cancel = el("button", "ghost", "Cancel");
+      cancel.type = "button";
+      cancel.onclick = () => { if (send({ type: "cancel_job", job: job.id })) cancel.disabled = true; };
+      head.append(el("code", "", job.operation || "job"), el("span", "badge", job.status), cancel);
+      const bar = el("progress");
+      bar.max = 100;
+      card.append(head, bar, el("div", "job-message"));
+      ui.messages.append(card);
+    }
+    const finished = ["succeeded", "failed", "cancelled"].includes(job.status);
+    const badge = card.querySelector(".badge");
+    badge.textContent = job.status;
+    badge.className = "badge " + ({ succeeded: "executed", failed: "failed", cancelled: "cancelled" }[job.status] || "running");
+    card.querySelector("progress").value = job.progress;
+    card.querySelector(".job-message").textContent = finished ? (job.error || job.result || "") : (job.message || "");
+    card.querySelector("button").hidden = finished;
+    scrollDown();
   }
 
   function markMessage(id, label) {

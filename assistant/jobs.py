@@ -1,0 +1,263 @@
+"""The task manager: long work enqueued through Django's Tasks framework, one ``Job`` row per task.
+
+A handler calls ``call.jobs.enqueue(func, *args, **kwargs)`` and returns at once with the job's
+id as its ``task_id``. A worker (``manage.py db_worker`` with django-tasks-db) runs ``func(job,
+*args, **kwargs)``; the job reports progress, notices a cancel through ``job.cancel``, and its
+result lands back in the conversation as an assistant message. A job whose worker stops
+beating is marked failed by the reaper.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from asgiref.sync import async_to_sync, sync_to_async
+from django.db import close_old_connections, transaction
+from django.tasks import task
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from .conf import assistant_settings
+from .exceptions import AssistantError
+from .lifecycle import CancellationToken, Cancelled
+from .models import Job, Message
+
+if TYPE_CHECKING:
+    from .registry import ToolCall
+
+logger = logging.getLogger("assistant.jobs")
+
+
+class JobDefinitionError(AssistantError, TypeError):
+    """A job function must be importable by its dotted path (module-level, not a lambda)."""
+
+    code = "job_definition"
+
+
+def _path_of(function: Callable[..., Any]) -> str:
+    path = f"{function.__module__}.{function.__qualname__}"
+    if "<" in path or not callable(function):
+        raise JobDefinitionError(f"{path}: a job must be a module-level function")
+    try:
+        if import_string(path) is not function:
+            raise ImportError
+    except ImportError:
+        raise JobDefinitionError(f"{path} cannot be imported by a worker") from None
+    return path
+
+
+class JobManager:
+    """``call.jobs``: enqueue long work for this call's user and conversation."""
+
+    def __init__(self, call: ToolCall | None = None, *, user: Any = None, conversation: Any = None):
+        self.user = call.user if call is not None else user
+        self.conversation = call.conversation if call is not None else conversation
+        self.operation = call.operation if call is not None else ""
+
+    def enqueue(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Job:
+        """Create the job row and hand it to the task backend; returns at once."""
+        job = Job.objects.create(
+            operation=self.operation,
+            function=_path_of(function),
+            args=list(args),
+            kwargs=kwargs,
+            user_id=self.user.pk if getattr(self.user, "is_authenticated", False) else None,
+            conversation=self.conversation,
+        )
+        transaction.on_commit(lambda: _hand_over(job))
+        return job
+
+    async def aenqueue(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Job:
+        return await sync_to_async(self.enqueue)(function, *args, **kwargs)
+
+
+def _hand_over(job: Job) -> None:
+    result = run_job.using(queue_name=assistant_settings.JOB_QUEUE).enqueue(str(job.pk))
+    Job.objects.filter(pk=job.pk).update(task_result_id=str(result.id)[:64])
+
+
+@task()
+def run_job(job_id: str) -> str:
+    """The Django task behind every job: run it once, record how it ended."""
+    return execute_job(job_id)
+
+
+class JobContext:
+    """What a job function gets: its row, ``report()``, and ``cancel`` (set when the user cancels)."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.cancel = CancellationToken()
+
+    @property
+    def id(self) -> str:
+        return str(self.job.pk)
+
+    def report(self, percent: float, message: str = "") -> None:
+        """Store progress (the chat shows it); raises ``Cancelled`` once the user cancelled."""
+        self.job.report(percent, message)
+        if self.cancel.is_cancelled:
+            raise Cancelled("The job was cancelled.")
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.current_thread().name}"
+
+
+def _heartbeat(context: JobContext, stop: threading.Event) -> None:
+    interval = float(assistant_settings.JOB_HEARTBEAT)
+    try:
+        while not stop.wait(interval):
+            if context.job.beat():
+                context.cancel.cancel()
+    finally:
+        close_old_connections()
+
+
+def execute_job(job_id: str) -> str:
+    """Run one job in this worker (exactly once across workers) and return its final status."""
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None:
+        return "missing"
+    if not job.claim(worker_name()):
+        return job.status
+    context = JobContext(job)
+    stop = threading.Event()
+    beater = threading.Thread(target=_heartbeat, args=(context, stop), daemon=True)
+    beater.start()
+    try:
+        function = import_string(job.function)
+        if inspect.iscoroutinefunction(function):
+            value = async_to_sync(function)(context, *job.args, **job.kwargs)
+        else:
+            value = function(context, *job.args, **job.kwargs)
+        if context.cancel.is_cancelled:
+            job.finish(Job.Status.CANCELLED, error="Cancelled by the user.")
+        else:
+            text, data = _result(value)
+            job.finish(Job.Status.SUCCEEDED, result=text, data=data)
+    except Cancelled:
+        job.finish(Job.Status.CANCELLED, error="Cancelled by the user.")
+    except Exception as exc:
+        logger.exception("Job %s (%s) failed", job.pk, job.function)
+        job.finish(Job.Status.FAILED, error=f"{type(exc).__name__}: {exc}")
+    finally:
+        stop.set()
+        beater.join(timeout=5)
+    announce_completion(job)
+    return job.status
+
+
+def _result(value: Any) -> tuple[str, Any]:
+    from .registry import ToolResult
+
+    if isinstance(value, ToolResult):
+        return value.text, value.data
+    if value is None:
+        return "Done.", None
+    if isinstance(value, str):
+        return value, None
+    return "Done.", value
+
+
+def completion_text(job: Job) -> str:
+    name = job.operation or job.function.rsplit(".", 1)[-1]
+    if job.status == Job.Status.SUCCEEDED:
+        return f"{name} finished: {job.result}"
+    if job.status == Job.Status.CANCELLED:
+        return f"{name} was cancelled."
+    return f"{name} failed: {job.error.splitlines()[0] if job.error else 'unknown error'}"
+
+
+def announce_completion(job: Job) -> None:
+    """Append the job's outcome to its conversation as an assistant message."""
+    if job.conversation_id is None or job.completion_message_id is not None:
+        return
+    message = Message.objects.create(
+        conversation_id=job.conversation_id,
+        role=Message.Role.ASSISTANT,
+        text=completion_text(job),
+        tool_calls=[
+            {
+                "operation": job.operation,
+                "task_id": str(job.pk),
+                "decision": job.status,
+                "text": job.result or job.error,
+            }
+        ],
+    )
+    Job.objects.filter(pk=job.pk).update(completion_message=message, updated_at=timezone.now())
+    job.completion_message = message
+
+
+def reap_stale_jobs(*, stale_after: float | None = None, dry_run: bool = False) -> list[Job]:
+    """Mark failed the running jobs whose worker stopped beating; returns them."""
+    seconds = float(stale_after if stale_after is not None else assistant_settings.JOB_STALE_AFTER)
+    stale = list(Job.objects.stale(timezone.now() - timedelta(seconds=seconds)))
+    if dry_run:
+        return stale
+    reaped = []
+    for job in stale:
+        updated = Job.objects.filter(pk=job.pk, status=Job.Status.RUNNING).update(
+            status=Job.Status.FAILED,
+            error=f"The worker stopped responding (no heartbeat for {seconds:g} s).",
+            finished_at=timezone.now(),
+            updated_at=timezone.now(),
+        )
+        if updated:
+            job.refresh_from_db()
+            announce_completion(job)
+            reaped.append(job)
+            logger.warning("Reaped stale job %s (%s)", job.pk, job.worker)
+    return reaped
+
+
+def job_event(job: Job) -> dict[str, Any]:
+    """How a job is shown in the chat (a CUSTOM ``assistant.job`` event's value)."""
+    return {
+        "id": str(job.pk),
+        "operation": job.operation,
+        "status": job.status,
+        "progress": job.progress,
+        "message": job.progress_message,
+        "result": job.result,
+        "error": job.error.splitlines()[0] if job.error else "",
+        "conversation": str(job.conversation_id) if job.conversation_id else None,
+        "completion_message": str(job.completion_message_id) if job.completion_message_id else None,
+    }
+
+
+class JobNotFound(AssistantError, LookupError):
+    """No such job of yours."""
+
+    code = "not_found"
+    status = 404
+
+
+def job_for(user: Any, job_id: Any) -> Job:
+    """A job this user may see (their own; any, for staff with ``assistant.view_job``)."""
+    try:
+        pk = uuid.UUID(str(job_id))
+    except ValueError:
+        raise JobNotFound("No such job of yours.") from None
+    job = Job.objects.visible_to(user).filter(pk=pk).first()
+    if job is None:
+        raise JobNotFound("No such job of yours.")
+    return job
+
+
+def cancel_job(user: Any, job_id: Any) -> Job:
+    """The user asks a job to stop; finished jobs are left as they are."""
+    job = job_for(user, job_id)
+    if job.user_id != user.pk and not user.has_perm("assistant.change_job"):
+        raise JobNotFound("No such job of yours.")
+    job.request_cancel()
+    return job

@@ -1,0 +1,41 @@
+"""``get_task_status``: a job's status, progress and result (ADR-0008 step 2)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated
+
+from ..models import Job
+from ..registry import ToolCall, ToolResult, assistant_tool
+
+
+@assistant_tool(
+    operation="get_task_status",
+    domain="assistant",
+    description="Show the status, progress and result of a background job by its task id",
+    risk_level="safe",
+    public=True,
+    keywords=["task status", "job status", "status of task"],
+)
+def get_task_status(
+    call: ToolCall, task_id: Annotated[uuid.UUID, "the job's task id"]
+) -> ToolResult:
+    job = Job.objects.visible_to(call.user).filter(pk=task_id).first()
+    if job is None:
+        return ToolResult(text=f"No job {task_id} of yours.")
+    from ..jobs import job_event
+
+    name = job.operation or job.function.rsplit(".", 1)[-1]
+    if job.status == Job.Status.RUNNING:
+        text = f"{name} is running: {job.progress}%" + (
+            f" — {job.progress_message}" if job.progress_message else ""
+        )
+    elif job.status == Job.Status.QUEUED:
+        text = f"{name} is queued."
+    elif job.status == Job.Status.SUCCEEDED:
+        text = f"{name} succeeded: {job.result}"
+    elif job.status == Job.Status.CANCELLED:
+        text = f"{name} was cancelled."
+    else:
+        text = f"{name} failed: {job.error}"
+    return ToolResult(text=text, task_id=str(job.pk), data=job_event(job))
