@@ -51,6 +51,7 @@ ALL_TOOLS = sorted(
         "run_readonly_query",
         "sluggish_tool",
         "start_job",
+        "run_llm_validation",
     ]
 )
 

@@ -313,6 +313,7 @@ def test_dispatch_refuses_every_tool_the_catalog_hides(reader):
         "describe_table": {"table": "auth_user"},
         "run_readonly_query": {"sql": "SELECT 1"},
         "start_job": {},
+        "run_llm_validation": {"target": "testapp.Order"},
     }
     hidden = {tool.operation for tool in registry} - operations(reader)
     assert hidden == set(valid_entities)

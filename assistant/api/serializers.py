@@ -8,7 +8,16 @@ from rest_framework import serializers
 
 from ..conf import assistant_settings
 from ..dispatch import Outcome
-from ..models import AuditEntry, Conversation, Job, Message, PendingAction
+from ..models import (
+    AuditEntry,
+    Conversation,
+    Job,
+    Message,
+    PendingAction,
+    ValidationFinding,
+    ValidationRun,
+    ValidationTask,
+)
 from ..registry import registry
 
 
@@ -168,3 +177,68 @@ class JobSerializer(serializers.ModelSerializer[Job]):
 
     def get_username(self, job: Job) -> str:
         return job.user.get_username() if job.user is not None else ""
+
+
+class ValidationTaskInput(serializers.Serializer[Any]):
+    name = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    target = serializers.CharField(help_text="'app_label.Model' or 'app_label.Model:<pk>'")
+    rules = serializers.ListField(child=serializers.JSONField(), required=False, allow_null=True)
+    target_filter = serializers.DictField(required=False)
+    schedule = serializers.JSONField(
+        required=False, allow_null=True, help_text="seconds between runs, or a cron expression"
+    )
+    enabled = serializers.BooleanField(required=False, default=True)
+
+
+class ValidationTaskSerializer(serializers.ModelSerializer[ValidationTask]):
+    target = serializers.CharField(source="target_label", read_only=True)
+    owner = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ValidationTask
+        fields = [
+            "id",
+            "name",
+            "target",
+            "target_filter",
+            "rules",
+            "schedule",
+            "interval_seconds",
+            "cron",
+            "enabled",
+            "next_run_at",
+            "last_run_at",
+            "owner",
+            "created_at",
+        ]
+
+    def get_owner(self, task: ValidationTask) -> str:
+        return task.owner.get_username() if task.owner is not None else ""
+
+
+class ValidationFindingSerializer(serializers.ModelSerializer[ValidationFinding]):
+    class Meta:
+        model = ValidationFinding
+        fields = ["rule", "target_id", "target_repr", "outcome", "message", "details"]
+
+
+class ValidationRunSerializer(serializers.ModelSerializer[ValidationRun]):
+    findings = ValidationFindingSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = ValidationRun
+        fields = [
+            "id",
+            "task",
+            "status",
+            "passed",
+            "failed",
+            "warned",
+            "triggered_by",
+            "job",
+            "error",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "findings",
+        ]

@@ -48,6 +48,18 @@ schema_patterns = [
         name="staff-conversation-history",
     ),
     path("admin/audit/", views.AuditListView.as_view(), name="audit"),
+    path("validation-tasks/", views.ValidationTaskListView.as_view(), name="validation-tasks"),
+    path(
+        "validation-tasks/<int:task_id>/",
+        views.ValidationTaskDetailView.as_view(),
+        name="validation-task",
+    ),
+    path(
+        "validation-tasks/<int:task_id>/run/",
+        views.ValidationTaskRunView.as_view(),
+        name="validation-task-run",
+    ),
+    path("validation-runs/", views.ValidationRunListView.as_view(), name="validation-runs"),
     path("jobs/", views.JobListView.as_view(), name="jobs"),
     path("jobs/<uuid:job_id>/", views.JobDetailView.as_view(), name="job"),
     path("jobs/<uuid:job_id>/cancel/", views.JobCancelView.as_view(), name="job-cancel"),

@@ -32,7 +32,7 @@ from ..conf import assistant_settings
 from ..dispatch import Outcome, cancel_action, confirm_action, dispatch
 from ..exceptions import AssistantError
 from ..jobs import cancel_job, job_for
-from ..models import AuditEntry, Conversation, Job, PendingAction
+from ..models import AuditEntry, Conversation, Job, PendingAction, ValidationRun, ValidationTask
 from ..permissions import IsAuditViewer
 from ..registry import registry
 from .serializers import (
@@ -49,6 +49,9 @@ from .serializers import (
     StaffConversationSerializer,
     ToolSerializer,
     TurnSerializer,
+    ValidationRunSerializer,
+    ValidationTaskInput,
+    ValidationTaskSerializer,
 )
 
 logger = logging.getLogger("assistant.api")
@@ -462,3 +465,95 @@ class JobCancelView(AssistantAPIView):
     )
     def post(self, request: Request, job_id: str) -> Response:
         return Response(JobSerializer(cancel_job(request.user, job_id)).data)
+
+
+def _tasks_for(user: Any, perm: str = "view") -> QuerySet[ValidationTask]:
+    """Validation tasks this user holds ``perm`` on, globally or on the task (guardian)."""
+    from guardian.shortcuts import get_objects_for_user
+
+    return get_objects_for_user(
+        user, f"assistant.{perm}_validationtask", klass=ValidationTask, accept_global_perms=True
+    )
+
+
+class ValidationTaskListView(AssistantAPIView):
+    @extend_schema(
+        summary="Validation tasks you may see", responses=ValidationTaskSerializer(many=True)
+    )
+    def get(self, request: Request) -> Response:
+        tasks = _tasks_for(request.user).select_related("owner", "target_type").order_by("name")
+        paginator = PagePagination()
+        page = paginator.paginate_queryset(tasks, request, view=self)
+        return paginator.get_paginated_response(ValidationTaskSerializer(page, many=True).data)
+
+    @extend_schema(
+        summary="Create a validation task (you become its owner: view, change, run)",
+        request=ValidationTaskInput,
+        responses={201: ValidationTaskSerializer},
+    )
+    def post(self, request: Request) -> Response:
+        from ..validation import ValidationTaskService
+
+        if not request.user.has_perm("assistant.add_validationtask"):
+            raise exceptions.PermissionDenied("You may not create validation tasks.")
+        data = ValidationTaskInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        task = ValidationTaskService.create_task(
+            name=values.get("name") or "",
+            target=values["target"],
+            owner=request.user,
+            rules=values.get("rules"),
+            target_filter=values.get("target_filter"),
+            schedule=values.get("schedule"),
+            enabled=values.get("enabled", True),
+        )
+        return Response(ValidationTaskSerializer(task).data, status=status.HTTP_201_CREATED)
+
+
+class ValidationTaskDetailView(AssistantAPIView):
+    @extend_schema(summary="One validation task", responses=ValidationTaskSerializer)
+    def get(self, request: Request, task_id: int) -> Response:
+        task = _tasks_for(request.user).filter(pk=task_id).first()
+        if task is None:
+            raise exceptions.NotFound("No such validation task.")
+        return Response(ValidationTaskSerializer(task).data)
+
+
+class ValidationTaskRunView(AssistantAPIView):
+    @extend_schema(
+        summary="Run a validation task now (a job)",
+        request=None,
+        responses={202: ValidationRunSerializer},
+    )
+    def post(self, request: Request, task_id: int) -> Response:
+        from ..validation import ValidationTaskService
+
+        task = _tasks_for(request.user).filter(pk=task_id).first()
+        if task is None:
+            raise exceptions.NotFound("No such validation task.")
+        if not _tasks_for(request.user, "run").filter(pk=task.pk).exists():
+            raise exceptions.PermissionDenied("You may not run this validation task.")
+        run = ValidationTaskService.trigger_run(task, ValidationRun.Trigger.USER, user=request.user)
+        run.refresh_from_db()
+        return Response(ValidationRunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
+
+
+class ValidationRunListView(AssistantAPIView):
+    @extend_schema(
+        summary="Runs of the validation tasks you may see, newest first",
+        parameters=[OpenApiParameter("task", int)],
+        responses=ValidationRunSerializer(many=True),
+    )
+    def get(self, request: Request) -> Response:
+        runs = ValidationRun.objects.filter(task__in=_tasks_for(request.user)).prefetch_related(
+            "findings"
+        )
+        wanted = request.query_params.get("task")
+        if wanted:
+            if not wanted.isdigit():
+                raise exceptions.ValidationError({"task": "a task id"})
+            runs = runs.filter(task_id=int(wanted))
+        paginator = PagePagination()
+        page = paginator.paginate_queryset(runs.order_by("-created_at", "-id"), request, view=self)
+        return paginator.get_paginated_response(ValidationRunSerializer(page, many=True).data)

@@ -1,0 +1,60 @@
+"""``run_llm_validation``: a validation task over a model or one instance, run at once (ADR step 8 v2)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from ..registry import ToolCall, ToolResult, assistant_tool
+
+
+@assistant_tool(
+    operation="run_llm_validation",
+    domain="validation",
+    description=(
+        "Validate a model's records (or one record) with the validation rules, as a tracked "
+        "run in the background"
+    ),
+    risk_level="guarded",
+    permission_checks=[("validation", "RUN")],
+    keywords=["run validation", "validate"],
+)
+def run_llm_validation(
+    call: ToolCall,
+    target: Annotated[str, "'app_label.Model' or 'app_label.Model:<pk>'"],
+    rules: Annotated[list[str] | None, "rule names; default: every rule for the model"] = None,
+    name: str | None = None,
+) -> ToolResult:
+    from guardian.shortcuts import get_objects_for_user
+
+    from ..exceptions import InvalidEntities
+    from ..models import ValidationRun
+    from ..validation import ValidationTaskService, parse_target
+
+    model, pk = parse_target(target)
+    opts = model._meta
+    visible = get_objects_for_user(
+        call.user, f"{opts.app_label}.view_{opts.model_name}", klass=model, accept_global_perms=True
+    )
+    target_filter = {}
+    if pk:
+        if not visible.filter(pk=pk).exists():
+            raise InvalidEntities({"target": f"no {opts.label} with id {pk} that you may view"})
+    else:
+        # Only the records this user may view are validated.
+        target_filter = {"pk__in": list(visible.values_list("pk", flat=True)[:10_000])}
+    task = ValidationTaskService.create_task(
+        name=name or f"Validation of {target}",
+        target=target,
+        owner=call.user,
+        rules=rules,
+        target_filter=target_filter,
+    )
+    run = ValidationTaskService.trigger_run(
+        task, ValidationRun.Trigger.ASSISTANT, user=call.user, conversation=call.conversation
+    )
+    assert run.job is not None
+    return ToolResult(
+        text=f"Validation task {task.pk} started (run {run.pk}, task id {run.job.pk}).",
+        task_id=str(run.job.pk),
+        data={"validation_task": task.pk, "run": run.pk, "job": str(run.job.pk)},
+    )

@@ -1,0 +1,461 @@
+"""Persistent validation policies and their tracked runs (ADR-0008 step 8, v2).
+
+A ``ValidationTask`` names a target (one instance, or a model and a filter), the rules to run
+and a schedule; ``ValidationTaskService.trigger_run`` runs it as a job, and every run stores its
+findings with pass/fail/warn counts. Rules are declared once with ``@validation_rule``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.apps import apps
+from django.contrib.contenttypes.models import ContentType
+from django.db import IntegrityError, models, transaction
+from django.utils import timezone
+
+from .conf import assistant_settings
+from .exceptions import AssistantError, InvalidEntities, ToolDefinitionError
+from .jobs import JobContext, JobManager
+from .models import ValidationFinding, ValidationRun, ValidationTask
+
+logger = logging.getLogger("assistant.validation")
+Outcome = ValidationFinding.Outcome
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Verdict:
+    """What a rule says about one target."""
+
+    outcome: str  # pass | fail | warn
+    message: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ValidationRule:
+    name: str
+    description: str
+    check: Callable[..., Verdict | Iterable[Verdict]]
+    models: tuple[str, ...]  # model labels it applies to; empty: any
+    needs_target: bool
+
+
+class RuleRegistry:
+    """Validation rules by name, in the same style as the tool registry."""
+
+    def __init__(self) -> None:
+        self._rules: dict[str, ValidationRule] = {}
+
+    def register(self, rule: ValidationRule) -> None:
+        if rule.name in self._rules:
+            raise ToolDefinitionError(f"validation rule {rule.name!r} is already registered")
+        self._rules[rule.name] = rule
+
+    def get(self, name: str) -> ValidationRule:
+        try:
+            return self._rules[name]
+        except KeyError:
+            raise InvalidEntities({"rules": f"unknown rule {name!r}"}) from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._rules
+
+    def __iter__(self) -> Any:
+        return iter(list(self._rules.values()))
+
+    def for_model(self, label: str) -> list[ValidationRule]:
+        return [
+            rule
+            for rule in self._rules.values()
+            if rule.needs_target and (not rule.models or label.lower() in rule.models)
+        ]
+
+
+rules = RuleRegistry()
+
+
+def validation_rule(
+    *,
+    name: str,
+    description: str = "",
+    models: Iterable[str] = (),
+    needs_target: bool = True,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Declare ``check(target, options, run) -> Verdict | [Verdict]`` as a validation rule."""
+
+    def decorator(check: Callable[..., Any]) -> Callable[..., Any]:
+        rules.register(
+            ValidationRule(
+                name=name,
+                description=description or (check.__doc__ or "").strip().split("\n")[0],
+                check=check,
+                models=tuple(label.lower() for label in models),
+                needs_target=needs_target,
+            )
+        )
+        return check
+
+    return decorator
+
+
+# -- targets ------------------------------------------------------------------------------------
+
+
+def parse_target(target: Any) -> tuple[type[models.Model], str]:
+    """``"app_label.Model"``, ``"app_label.Model:<pk>"``, a model class or an instance."""
+    if isinstance(target, models.Model):
+        return type(target), str(target.pk)
+    if isinstance(target, type) and issubclass(target, models.Model):
+        return target, ""
+    if isinstance(target, str):
+        label, _, pk = target.partition(":")
+        try:
+            return apps.get_model(label), pk
+        except (LookupError, ValueError):
+            raise InvalidEntities({"target": f"{label!r} is not an installed model"}) from None
+    raise InvalidEntities({"target": "expected 'app_label.Model' or 'app_label.Model:<pk>'"})
+
+
+def _normalise_rules(names: Iterable[Any] | None, label: str) -> list[dict[str, Any]]:
+    if names is None:
+        chosen = [{"name": rule.name, "options": {}} for rule in rules.for_model(label)]
+        if not chosen:
+            raise InvalidEntities({"rules": f"no validation rule applies to {label}"})
+        return chosen
+    normalised = []
+    for item in names:
+        entry: dict[str, Any] = (
+            {"name": item, "options": {}} if isinstance(item, str) else dict(item)
+        )
+        rules.get(str(entry.get("name")))
+        entry.setdefault("options", {})
+        normalised.append(entry)
+    if not normalised:
+        raise InvalidEntities({"rules": "name at least one rule"})
+    return normalised
+
+
+def next_run(task: ValidationTask, after: datetime) -> datetime | None:
+    if task.schedule == ValidationTask.Schedule.INTERVAL and task.interval_seconds:
+        return after + timedelta(seconds=task.interval_seconds)
+    if task.schedule == ValidationTask.Schedule.CRON and task.cron:
+        from croniter import croniter
+
+        return croniter(task.cron, after).get_next(datetime)
+    return None
+
+
+def _parse_schedule(schedule: Any) -> dict[str, Any]:
+    """None, seconds / a timedelta (interval), or a cron expression."""
+    if schedule in (None, "", "none"):
+        return {"schedule": ValidationTask.Schedule.NONE}
+    if isinstance(schedule, timedelta):
+        schedule = int(schedule.total_seconds())
+    if isinstance(schedule, int) and not isinstance(schedule, bool) and schedule > 0:
+        return {"schedule": ValidationTask.Schedule.INTERVAL, "interval_seconds": schedule}
+    if isinstance(schedule, str):
+        from croniter import croniter
+
+        if croniter.is_valid(schedule):
+            return {"schedule": ValidationTask.Schedule.CRON, "cron": schedule}
+    raise InvalidEntities(
+        {"schedule": "expected seconds, a timedelta or a cron expression such as '0 3 * * *'"}
+    )
+
+
+# -- the service --------------------------------------------------------------------------------
+
+
+class ValidationTaskService:
+    """Create validation policies and trigger their runs (each run is a job)."""
+
+    @staticmethod
+    def create_task(
+        *,
+        name: str,
+        target: Any,
+        owner: Any = None,
+        rules: Iterable[Any] | None = None,
+        target_filter: dict[str, Any] | None = None,
+        schedule: Any = None,
+        enabled: bool = True,
+    ) -> ValidationTask:
+        model, pk = parse_target(target)
+        label = model._meta.label
+        chosen = _normalise_rules(rules, label)
+        if pk and not model._default_manager.filter(pk=pk).exists():
+            raise InvalidEntities({"target": f"no {label} with id {pk}"})
+        fields = _parse_schedule(schedule)
+        with transaction.atomic():
+            task = ValidationTask.objects.create(
+                name=name or f"Validate {label}{':' + pk if pk else ''}",
+                owner=owner if getattr(owner, "is_authenticated", False) else None,
+                target_type=ContentType.objects.get_for_model(model),
+                target_id=pk,
+                target_filter=target_filter or {},
+                rules=chosen,
+                enabled=enabled,
+                **fields,
+            )
+            if task.schedule != ValidationTask.Schedule.NONE:
+                task.next_run_at = next_run(task, timezone.now())
+                task.save(update_fields=["next_run_at"])
+            if task.owner is not None:
+                from guardian.shortcuts import assign_perm
+
+                for perm in ("view", "change", "delete", "run"):
+                    assign_perm(f"assistant.{perm}_validationtask", task.owner, task)
+        return task
+
+    @staticmethod
+    def trigger_run(
+        task: ValidationTask,
+        triggered_by: str = ValidationRun.Trigger.USER,
+        *,
+        user: Any = None,
+        conversation: Any = None,
+        scheduled_for: datetime | None = None,
+    ) -> ValidationRun:
+        """Create the run and enqueue it; raises ``IntegrityError`` for a slot already run."""
+        with transaction.atomic():
+            run = ValidationRun.objects.create(
+                task=task,
+                triggered_by=triggered_by,
+                triggered_by_user=user if getattr(user, "is_authenticated", False) else None,
+                scheduled_for=scheduled_for,
+            )
+            job = JobManager(user=user, conversation=conversation).enqueue(execute_run, run.pk)
+            job.operation = "validation_run"
+            job.save(update_fields=["operation"])
+            ValidationRun.objects.filter(pk=run.pk).update(job=job)
+            ValidationTask.objects.filter(pk=task.pk).update(last_run_at=timezone.now())
+        run.job = job
+        return run
+
+
+def _targets(task: ValidationTask) -> list[models.Model]:
+    model = task.target_type.model_class()
+    assert model is not None
+    objects = model._default_manager.all()
+    if task.target_id:
+        objects = objects.filter(pk=task.target_id)
+    elif task.target_filter:
+        objects = objects.filter(**task.target_filter)
+    return list(objects.order_by("pk")[:10_000])
+
+
+def execute_run(job: JobContext, run_id: int) -> str:
+    """The job behind a run: every rule over every target, findings stored, counts computed."""
+    run = ValidationRun.objects.select_related("task", "task__target_type").get(pk=run_id)
+    ValidationRun.objects.filter(pk=run.pk).update(
+        status=ValidationRun.Status.RUNNING, started_at=timezone.now()
+    )
+    task = run.task
+    try:
+        targets = _targets(task)
+        steps = max(1, len(task.rules) * max(1, len(targets)))
+        done = 0
+        findings: list[ValidationFinding] = []
+        for entry in task.rules:
+            rule = rules.get(entry["name"])
+            subjects: list[Any] = targets if rule.needs_target else [None]
+            for target in subjects:
+                for verdict in _verdicts(rule, target, entry.get("options") or {}, run):
+                    findings.append(_finding(run, rule.name, target, verdict))
+                done += 1
+                job.report(100 * done / steps, f"{rule.name}: {done} of {steps}")
+        ValidationFinding.objects.bulk_create(findings)
+        counts = {outcome: sum(f.outcome == outcome for f in findings) for outcome in Outcome}
+        status = (
+            ValidationRun.Status.FAILED
+            if counts[Outcome.FAIL]
+            else ValidationRun.Status.WARNED
+            if counts[Outcome.WARN]
+            else ValidationRun.Status.PASSED
+        )
+        ValidationRun.objects.filter(pk=run.pk).update(
+            status=status,
+            passed=counts[Outcome.PASS],
+            failed=counts[Outcome.FAIL],
+            warned=counts[Outcome.WARN],
+            finished_at=timezone.now(),
+        )
+        return (
+            f"{task.name}: {status} — {counts[Outcome.PASS]} passed, "
+            f"{counts[Outcome.FAIL]} failed, {counts[Outcome.WARN]} warned."
+        )
+    except Exception as exc:
+        ValidationRun.objects.filter(pk=run.pk).update(
+            status=ValidationRun.Status.ERRORED,
+            error=f"{type(exc).__name__}: {exc}",
+            finished_at=timezone.now(),
+        )
+        raise
+
+
+def _verdicts(
+    rule: ValidationRule, target: Any, options: dict[str, Any], run: Any
+) -> list[Verdict]:
+    try:
+        result = rule.check(target, options, run)
+    except Exception as exc:
+        logger.exception("Validation rule %s failed on %r", rule.name, target)
+        return [Verdict(outcome=Outcome.WARN, message=f"the rule could not run: {exc}")]
+    return [result] if isinstance(result, Verdict) else list(result)
+
+
+def _finding(run: ValidationRun, rule: str, target: Any, verdict: Verdict) -> ValidationFinding:
+    if verdict.outcome not in Outcome.values:
+        raise AssistantError(f"rule {rule} returned outcome {verdict.outcome!r}")
+    return ValidationFinding(
+        run=run,
+        rule=rule,
+        target_type=ContentType.objects.get_for_model(target) if target is not None else None,
+        target_id=str(target.pk) if target is not None else "",
+        target_repr=str(target)[:300] if target is not None else "",
+        outcome=verdict.outcome,
+        message=verdict.message,
+        details=verdict.details,
+    )
+
+
+def run_due_validations(now: datetime | None = None) -> list[ValidationRun]:
+    """Trigger every enabled scheduled task that is due, once per slot however many call this."""
+    now = now or timezone.now()
+    started = []
+    for task in ValidationTask.objects.filter(enabled=True, next_run_at__lte=now).exclude(
+        schedule=ValidationTask.Schedule.NONE
+    ):
+        slot = task.next_run_at
+        assert slot is not None
+        following = next_run(task, max(slot, now))
+        # Whoever moves next_run_at on from this slot owns the slot.
+        if not ValidationTask.objects.filter(pk=task.pk, next_run_at=slot).update(
+            next_run_at=following
+        ):
+            continue
+        try:
+            started.append(
+                ValidationTaskService.trigger_run(
+                    task, ValidationRun.Trigger.SCHEDULE, scheduled_for=slot
+                )
+            )
+        except IntegrityError:
+            continue
+    return started
+
+
+# -- built-in rules -----------------------------------------------------------------------------
+
+
+def llm_configured() -> bool:
+    config = assistant_settings.llm
+    return bool(config["BASE_URL"] or os.environ.get(config["API_KEY_ENV"] or ""))
+
+
+DEFAULT_PROMPT = (
+    "You review records of a Django application. Judge the record below against this "
+    "requirement: {requirement}\n\nRecord:\n{text}\n\n"
+    'Answer with JSON only: {{"verdict": "PASS" | "FAIL" | "WARN", "reason": "<one sentence>"}}'
+)
+
+
+@validation_rule(
+    name="llm_review",
+    description="A language model judges each target's text against a requirement",
+)
+def llm_review(target: Any, options: dict[str, Any], run: Any) -> Verdict:
+    """PASS/FAIL/WARN with a reason from the configured LLM; never a pass without one."""
+    if not llm_configured():
+        return Verdict(outcome=Outcome.WARN, message="no LLM configured")
+    import openai
+
+    config = assistant_settings.llm
+    fields = options.get("fields")
+    if fields:
+        text = "\n".join(f"{name}: {getattr(target, name, '')}" for name in fields)
+    else:
+        text = str(target)
+    prompt = (options.get("prompt") or DEFAULT_PROMPT).format(
+        requirement=options.get("requirement", "it is complete, consistent and clearly written"),
+        text=text,
+    )
+    client = openai.OpenAI(
+        base_url=config["BASE_URL"],
+        api_key=os.environ.get(config["API_KEY_ENV"] or "", "") or "not-needed",
+        timeout=float(config["TIMEOUT"]),
+        max_retries=0,
+    )
+    try:
+        answer = client.chat.completions.create(
+            model=config["MODEL"],
+            messages=[{"role": "user", "content": prompt}],
+            temperature=0,
+        )
+        content = answer.choices[0].message.content or ""
+        parsed = json.loads(content[content.find("{") : content.rfind("}") + 1])
+        verdict = str(parsed.get("verdict", "")).upper()
+        reason = str(parsed.get("reason", ""))
+    except (openai.APIError, ValueError, AttributeError, IndexError) as exc:
+        return Verdict(outcome=Outcome.WARN, message=f"the LLM gave no verdict: {exc}")
+    finally:
+        client.close()
+    outcome = {"PASS": Outcome.PASS, "FAIL": Outcome.FAIL, "WARN": Outcome.WARN}.get(verdict)
+    if outcome is None:
+        return Verdict(outcome=Outcome.WARN, message=f"the LLM answered {verdict!r}: {reason}")
+    return Verdict(outcome=outcome, message=reason, details={"model": config["MODEL"]})
+
+
+@validation_rule(
+    name="tool_access_matrix",
+    description="Each role (group) sees exactly its expected tools; dangerous ones always ask first",
+    needs_target=False,
+)
+def tool_access_matrix(target: Any, options: dict[str, Any], run: Any) -> list[Verdict]:
+    """``options["roles"] = {"group name": ["operation", ...]}``: compare each role's catalog."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+
+    from .registry import registry
+
+    verdicts = []
+    for tool in registry:
+        if tool.risk_level == "dangerous" and not tool.requires_confirmation:
+            verdicts.append(
+                Verdict(outcome=Outcome.FAIL, message=f"{tool.operation} runs without confirmation")
+            )
+    for role, expected in (options.get("roles") or {}).items():
+        group = Group.objects.filter(name=role).first()
+        if group is None:
+            verdicts.append(Verdict(outcome=Outcome.FAIL, message=f"role {role!r} does not exist"))
+            continue
+        with transaction.atomic():
+            # A throwaway member of the role, rolled back with everything it touched.
+            user = get_user_model()._default_manager.create(
+                **{get_user_model().USERNAME_FIELD: f"__validation_{role}"[:150]}
+            )
+            user.groups.add(group)
+            user = get_user_model()._default_manager.get(pk=user.pk)
+            visible = {tool.operation for tool in registry.visible_tools(user)}
+            transaction.set_rollback(True)
+        missing, extra = set(expected) - visible, visible - set(expected)
+        if missing or extra:
+            verdicts.append(
+                Verdict(
+                    outcome=Outcome.FAIL,
+                    message=f"role {role!r}: catalog differs from what is expected",
+                    details={"missing": sorted(missing), "unexpected": sorted(extra)},
+                )
+            )
+        else:
+            verdicts.append(
+                Verdict(outcome=Outcome.PASS, message=f"role {role!r} sees {len(visible)} tools")
+            )
+    return verdicts
