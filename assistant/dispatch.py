@@ -811,3 +811,20 @@ async def acancel_action(
     site: ToolRegistry = registry,
 ) -> Outcome:
     return await sync_to_async(_cancel)(action_id, user, source, request_ip, site)
+
+
+def record_action(
+    request: Any, operation: str, entities: dict[str, Any], *, domain: str = ""
+) -> int:
+    """Audit a staff action taken outside dispatch (the admin's Run now, Cancel job)."""
+    user = request.user if request.user.is_authenticated else None
+    return AuditEntry.objects.create(
+        user=user,
+        username=user.get_username() if user is not None else "",
+        operation=operation[:64],
+        domain=domain,
+        decision=Decision.EXECUTED,
+        entities=jsonable(entities),
+        source="admin",
+        request_ip=request.META.get("REMOTE_ADDR") or None,
+    ).pk

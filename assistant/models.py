@@ -273,6 +273,7 @@ class AuditEntry(models.Model):
             models.Index(fields=["decision", "-id"], name="assistant_audit_decision"),
             models.Index(fields=["operation", "-id"], name="assistant_audit_operation"),
             models.Index(fields=["user", "-id"], name="assistant_audit_user"),
+            models.Index(fields=["username", "-id"], name="assistant_audit_username"),
         ]
 
     def __str__(self) -> str:
