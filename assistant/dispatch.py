@@ -381,9 +381,13 @@ def _run_sync(call: _Call, confirmed: bool) -> Outcome:
         timer.start()
     try:
         if tool.is_async:
-            value = async_to_sync(tool.handler)(call.tool_call(), **call.values)
+            value = async_to_sync(_awaited)(tool, call.tool_call(), call.values)
         else:
             value = tool.handler(call.tool_call(), **call.values)
+    except TimeoutError as exc:
+        if tool.is_async and tool.timeout is not None:
+            return _timed_out(call)
+        return call.failed(exc)
     except Exception as exc:
         if expired.is_set():
             return _timed_out(call)
@@ -428,6 +432,14 @@ async def _run_async(call: _Call, confirmed: bool) -> Outcome:
     except Exception as exc:
         return call.failed(exc)
     return call.finished(value, confirmed)
+
+
+async def _awaited(tool: AssistantTool, tool_call: ToolCall, values: dict[str, Any]) -> Any:
+    """An async handler run from sync code, cut off at its timeout like on the async path."""
+    running = tool.handler(tool_call, **values)
+    if tool.timeout is None:
+        return await running
+    return await asyncio.wait_for(running, tool.timeout)
 
 
 def _timed_out(call: _Call) -> Outcome:
@@ -480,7 +492,7 @@ def dispatch(
             cancel=cancel,
             session=session,
         )
-    call = _Call(operation, entities, user, conversation, source, request_ip, site, cancel)
+    call = _Call(operation, entities, user, conversation, source, request_ip, site, cancel, session)
     return _audited(call, _decide_sync(call))
 
 
@@ -517,8 +529,9 @@ async def adispatch(
             request_ip=request_ip,
             site=site,
             cancel=cancel,
+            session=session,
         )
-    call = _Call(operation, entities, user, conversation, source, request_ip, site, cancel)
+    call = _Call(operation, entities, user, conversation, source, request_ip, site, cancel, session)
     outcome = call.check()
     if outcome is None:
         call.access = await aaccess_for(call.user)

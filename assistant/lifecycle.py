@@ -177,9 +177,6 @@ class Toolset:
             )
 
 
-_toolsets: dict[str, type[Toolset]] = {}
-
-
 def register_toolset(cls: type[Toolset] | None = None, *, site: Any = None) -> Any:
     """Register a ``Toolset`` class's ``@assistant_tool`` methods like any other tool."""
 
@@ -194,15 +191,24 @@ def register_toolset(cls: type[Toolset] | None = None, *, site: Any = None) -> A
             )
         if not toolset.name:
             toolset.name = toolset.__name__
-        register_methods(toolset, site)
-        _toolsets[toolset.name] = toolset
+        from .registry import registry
+
+        target = site if site is not None else registry
+        if toolset.name in target.toolsets:
+            raise ToolDefinitionError(
+                f"{toolset.__name__}: a toolset named {toolset.name!r} exists"
+            )
+        register_methods(toolset, target)
+        target.toolsets[toolset.name] = toolset
         return toolset
 
     return register(cls) if cls is not None else register
 
 
-def registered_toolsets() -> list[type[Toolset]]:
-    return list(_toolsets.values())
+def registered_toolsets(site: Any = None) -> list[type[Toolset]]:
+    from .registry import registry
+
+    return list((site if site is not None else registry).toolsets.values())
 
 
 class _Entry:
@@ -216,9 +222,12 @@ class _Entry:
 class ToolSession:
     """The toolset instances of one chat session, or of the process (``scope="process"``)."""
 
-    def __init__(self, scope: str = "session", parent: ToolSession | None = None) -> None:
+    def __init__(
+        self, scope: str = "session", parent: ToolSession | None = None, site: Any = None
+    ) -> None:
         self.scope = scope
         self.parent = parent
+        self.site = site  # the ToolRegistry whose toolsets it runs (None: the default one)
         self.token = CancellationToken()
         self.closed = False  # its connection has closed (turns may still be finishing)
         self._entries: dict[type[Toolset], _Entry] = {}
@@ -242,7 +251,7 @@ class ToolSession:
         """Toolsets whose start failed here: their tools leave this session's catalog."""
         return {
             toolset
-            for toolset in _toolsets.values()
+            for toolset in registered_toolsets(self.site)
             if self.state(toolset) is ToolLifecycleState.FAILED
         }
 
@@ -282,7 +291,7 @@ class ToolSession:
 
     async def start_all(self, wait: float | None = None) -> None:
         """Start every toolset of this session's scope concurrently, waiting up to ``wait`` s."""
-        wanted = [t for t in _toolsets.values() if self.owner_of(t) is self]
+        wanted = [t for t in registered_toolsets(self.site) if self.owner_of(t) is self]
         if not wanted:
             return
         starting = asyncio.gather(*(self.start(toolset) for toolset in wanted))
@@ -293,7 +302,7 @@ class ToolSession:
 
     def begin(self) -> asyncio.Task[None]:
         """Start this session's toolsets in the background (their tools are not_ready meanwhile)."""
-        for toolset in _toolsets.values():
+        for toolset in registered_toolsets(self.site):
             owner = self.owner_of(toolset)
             if toolset not in owner._entries:
                 entry = owner._entries[toolset] = _Entry(toolset())

@@ -270,6 +270,7 @@ class ToolRegistry:
     def __init__(self, name: str = "default") -> None:
         self.name = name
         self._tools: dict[str, AssistantTool] = {}
+        self.toolsets: dict[str, type] = {}  # Toolset classes by name (@register_toolset)
         self._frozen = False
         self._derived: dict[str, Any] = {}
 

@@ -17,6 +17,8 @@ from typing import Any
 
 from django.apps import apps
 from django.contrib.contenttypes.models import ContentType
+from django.core.exceptions import FieldError
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
@@ -117,9 +119,15 @@ def parse_target(target: Any) -> tuple[type[models.Model], str]:
     if isinstance(target, str):
         label, _, pk = target.partition(":")
         try:
-            return apps.get_model(label), pk
+            model = apps.get_model(label)
         except (LookupError, ValueError):
             raise InvalidEntities({"target": f"{label!r} is not an installed model"}) from None
+        if pk:
+            try:
+                model._meta.pk.to_python(pk)
+            except (ValueError, TypeError, DjangoValidationError):
+                raise InvalidEntities({"target": f"{pk!r} is not an id of {label}"}) from None
+        return model, pk
     raise InvalidEntities({"target": "expected 'app_label.Model' or 'app_label.Model:<pk>'"})
 
 
@@ -190,8 +198,15 @@ class ValidationTaskService:
         model, pk = parse_target(target)
         label = model._meta.label
         chosen = _normalise_rules(rules, label)
-        if pk and not model._default_manager.filter(pk=pk).exists():
-            raise InvalidEntities({"target": f"no {label} with id {pk}"})
+        if pk and not viewable(model, owner).filter(pk=pk).exists():
+            raise InvalidEntities({"target": f"no {label} with id {pk} that you may view"})
+        if target_filter is not None:
+            if not isinstance(target_filter, dict):
+                raise InvalidEntities({"target_filter": "expected an object of field lookups"})
+            try:
+                model._default_manager.filter(**target_filter).exists()
+            except (FieldError, ValueError, TypeError, DjangoValidationError) as exc:
+                raise InvalidEntities({"target_filter": str(exc).splitlines()[0]}) from None
         fields = _parse_schedule(schedule)
         with transaction.atomic():
             task = ValidationTask.objects.create(
@@ -240,10 +255,23 @@ class ValidationTaskService:
         return run
 
 
+def viewable(model: type[models.Model], user: Any) -> Any:
+    """The records of ``model`` a task owned by ``user`` may look at (all, without an owner)."""
+    if user is None or not getattr(user, "is_authenticated", False):
+        return model._default_manager.all()
+    from guardian.shortcuts import get_objects_for_user
+
+    opts = model._meta
+    return get_objects_for_user(
+        user, f"{opts.app_label}.view_{opts.model_name}", klass=model, accept_global_perms=True
+    )
+
+
 def _targets(task: ValidationTask) -> list[models.Model]:
     model = task.target_type.model_class()
     assert model is not None
-    objects = model._default_manager.all()
+    # A task sees what its owner may view now, not what they could when it was made.
+    objects = viewable(model, task.owner)
     if task.target_id:
         objects = objects.filter(pk=task.target_id)
     elif task.target_filter:
@@ -263,6 +291,15 @@ def execute_run(job: JobContext, run_id: int) -> str:
         steps = max(1, len(task.rules) * max(1, len(targets)))
         done = 0
         findings: list[ValidationFinding] = []
+        if not targets and any(rules.get(entry["name"]).needs_target for entry in task.rules):
+            findings.append(
+                _finding(
+                    run,
+                    "targets",
+                    None,
+                    Verdict(outcome=Outcome.WARN, message="nothing to validate: no records match"),
+                )
+            )
         for entry in task.rules:
             rule = rules.get(entry["name"])
             subjects: list[Any] = targets if rule.needs_target else [None]

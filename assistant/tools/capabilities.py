@@ -17,7 +17,8 @@ from ..registry import ToolCall, ToolResult, assistant_tool, registry
 )
 def show_capabilities(call: ToolCall) -> ToolResult:
     tools = sorted(
-        registry.visible_tools(call.user), key=lambda tool: (tool.domain, tool.operation)
+        registry.visible_tools(call.user, call.session),
+        key=lambda tool: (tool.domain, tool.operation),
     )
     lines = ["Here is what I can do for you:"]
     data = []

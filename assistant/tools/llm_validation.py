@@ -24,30 +24,12 @@ def run_llm_validation(
     rules: Annotated[list[str] | None, "rule names; default: every rule for the model"] = None,
     name: str | None = None,
 ) -> ToolResult:
-    from guardian.shortcuts import get_objects_for_user
-
-    from ..exceptions import InvalidEntities
     from ..models import ValidationRun
-    from ..validation import ValidationTaskService, parse_target
+    from ..validation import ValidationTaskService
 
-    model, pk = parse_target(target)
-    opts = model._meta
-    visible = get_objects_for_user(
-        call.user, f"{opts.app_label}.view_{opts.model_name}", klass=model, accept_global_perms=True
-    )
-    target_filter = {}
-    if pk:
-        if not visible.filter(pk=pk).exists():
-            raise InvalidEntities({"target": f"no {opts.label} with id {pk} that you may view"})
-    else:
-        # Only the records this user may view are validated.
-        target_filter = {"pk__in": list(visible.values_list("pk", flat=True)[:10_000])}
+    # The task belongs to the user: its runs validate only the records they may view.
     task = ValidationTaskService.create_task(
-        name=name or f"Validation of {target}",
-        target=target,
-        owner=call.user,
-        rules=rules,
-        target_filter=target_filter,
+        name=name or f"Validation of {target}", target=target, owner=call.user, rules=rules
     )
     run = ValidationTaskService.trigger_run(
         task, ValidationRun.Trigger.ASSISTANT, user=call.user, conversation=call.conversation

@@ -78,7 +78,8 @@ class _Postgres:
             try:
                 async with self.connection.cursor() as cursor:
                     await cursor.execute(f"SET LOCAL statement_timeout = {int(seconds * 1000)}")
-                    await cursor.execute(sql)
+                    # Prepared: one statement only, so no COMMIT; SET ... READ WRITE; can follow.
+                    await cursor.execute(sql, prepare=True)
                     columns = [column.name for column in cursor.description or []]
                     rows = await cursor.fetchmany(limit + 1) if cursor.description else []
             except asyncio.CancelledError:
@@ -101,7 +102,8 @@ class _Postgres:
 
     async def close(self) -> None:
         if self.connection is not None:
-            await self.connection.close()
+            async with self.lock:  # a cancelled query lets go of it promptly
+                await self.connection.close()
 
 
 class _SQLite:
@@ -151,14 +153,18 @@ class _SQLite:
         assert self.connection is not None
         deadline = time.monotonic() + timeout
         self.connection.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
+        self.connection.set_authorizer(_read_only)
         try:
             cursor = self.connection.execute(sql)
             columns = [column[0] for column in cursor.description or []]
             rows = cursor.fetchmany(limit + 1) if cursor.description else []
         except sqlite3.Error as exc:
+            if "not authorized" in str(exc):
+                raise QueryError("read-only: only reading queries may run") from exc
             raise QueryError(str(exc)) from exc
         finally:
             self.connection.set_progress_handler(None, 0)
+            self.connection.set_authorizer(None)
         return columns, rows
 
     async def query(self, sql: str, limit: int, seconds: float) -> tuple[list[str], list[Any]]:
@@ -176,6 +182,19 @@ class _SQLite:
         if self.connection is not None:
             await self._run(self.connection.close)
         self.executor.shutdown(wait=False)
+
+
+_READ_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION}
+_READ_ACTIONS.add(getattr(sqlite3, "SQLITE_RECURSIVE", 33))
+
+
+def _read_only(action: int, *args: Any) -> int:
+    """SQLite authorizer for user queries: reading only (a PRAGMA may be read, never set)."""
+    if action in _READ_ACTIONS:
+        return sqlite3.SQLITE_OK
+    if action == sqlite3.SQLITE_PRAGMA and args[1] is None:
+        return sqlite3.SQLITE_OK
+    return sqlite3.SQLITE_DENY
 
 
 def _backend(database: str) -> _Backend:

@@ -1,0 +1,434 @@
+"""The SQL inspector toolset against the test database: tables, columns, bounded read-only SELECTs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import connection
+
+from assistant import CancellationToken
+from assistant.chat import arun_turn
+from assistant.dispatch import DispatchCancelled, Outcome, adispatch
+from assistant.lifecycle import ToolLifecycleState, ToolSession
+from assistant.models import AuditEntry, Message
+from tests.testapp import assistant_tools as testapp_tools
+from tests.testapp.models import Order
+
+# The SQL inspector reads through a connection of its own: rows must be committed to be seen.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+WAIT = 5.0  # seconds any single step may take
+ORDERS = 25
+REFERENCES = [f"ORD-{number:03d}" for number in range(1, ORDERS + 1)]
+
+# A query that runs until something stops it, for each backend.
+ENDLESS = {
+    "postgresql": "SELECT pg_sleep(10)",
+    "sqlite": (
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n"
+    ),
+}
+
+
+@pytest.fixture
+def orders() -> list[str]:
+    Order.objects.bulk_create(Order(reference=reference) for reference in REFERENCES)
+    return REFERENCES
+
+
+@pytest.fixture
+def analyst(make_user: Callable[..., Any]) -> Any:
+    """May look at the schema and run read-only queries."""
+    return make_user("analyst", "assistant.database_read", "assistant.database_query")
+
+
+@pytest.fixture
+def browser(make_user: Callable[..., Any]) -> Any:
+    """May look at the schema, not query it."""
+    return make_user("browser", "assistant.database_read")
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[ToolSession]:
+    """A chat session whose inspector connection is closed after the test."""
+    tools = ToolSession()
+    yield tools
+    await tools.stop()
+
+
+@pytest.fixture
+def run(session: ToolSession, analyst: Any) -> Callable[..., Any]:
+    """Call an inspector tool as the analyst in the test's session."""
+
+    async def call(operation: str, user: Any = analyst, **entities: Any) -> Outcome:
+        return await adispatch(operation, entities, user=user, session=session)
+
+    return call
+
+
+def order_count() -> int:
+    return Order.objects.count()
+
+
+# -- list_tables ---------------------------------------------------------------------------------
+
+
+async def test_list_tables_names_the_databases_tables(run: Callable[..., Any]) -> None:
+    outcome = await run("list_tables")
+
+    assert outcome.decision == "executed"
+    tables = outcome.result.data
+    assert {"testapp_order", "auth_user", "assistant_auditentry"} <= set(tables)
+    assert tables == sorted(tables)
+    assert outcome.text == f"{len(tables)} tables: " + ", ".join(tables)
+
+
+async def test_list_tables_hides_the_hidden_tables(run: Callable[..., Any]) -> None:
+    outcome = await run("list_tables")
+
+    assert "django_session" not in outcome.result.data
+    assert "authtoken_token" not in outcome.result.data
+    assert "django_session" not in outcome.text
+
+
+async def test_list_tables_filters_by_a_word_in_the_name(run: Callable[..., Any]) -> None:
+    outcome = await run("list_tables", search="ORDER")
+
+    assert outcome.result.data == ["testapp_order"]
+    assert outcome.text == "1 tables: testapp_order"
+
+
+async def test_list_tables_says_when_nothing_matches(run: Callable[..., Any]) -> None:
+    outcome = await run("list_tables", search="no_such_word")
+
+    assert outcome.text == "No tables match."
+    assert outcome.result.data == []
+
+
+# -- describe_table ------------------------------------------------------------------------------
+
+
+async def test_describe_table_lists_columns_and_which_are_required(
+    run: Callable[..., Any],
+) -> None:
+    outcome = await run("describe_table", table="testapp_order")
+
+    assert outcome.decision == "executed"
+    columns = {row["column"]: row["nullable"] for row in outcome.result.data}
+    assert columns == {
+        "id": False,
+        "reference": False,
+        "owner_id": True,
+        "amount": False,
+        "status": False,
+        "approvals": False,
+    }
+    lines = outcome.text.splitlines()
+    assert lines[0] == "testapp_order:"
+    assert [line.split()[0] for line in lines[1:]] == list(columns)
+    reference = next(line for line in lines if line.startswith("reference "))
+    owner = next(line for line in lines if line.startswith("owner_id "))
+    assert reference.endswith(" NOT NULL")
+    assert "NOT NULL" not in owner
+
+
+@pytest.mark.parametrize("table", ["no_such_table", "django_session"])
+async def test_describe_table_knows_no_unknown_or_hidden_table(
+    run: Callable[..., Any], table: str
+) -> None:
+    outcome = await run("describe_table", table=table)
+
+    assert outcome.text == f"There is no table named {table!r}."
+    assert outcome.result.data is None
+
+
+# -- run_readonly_query --------------------------------------------------------------------------
+
+BY_REFERENCE = "SELECT reference, status FROM testapp_order ORDER BY reference"
+
+
+async def test_a_query_returns_its_columns_and_rows(
+    run: Callable[..., Any], orders: list[str]
+) -> None:
+    outcome = await run("run_readonly_query", sql=BY_REFERENCE)
+
+    assert outcome.decision == "executed"
+    data = outcome.result.data
+    assert data["columns"] == ["reference", "status"]
+    assert data["rows"] == [[reference, "open"] for reference in orders]
+    assert data["truncated"] is False
+
+
+async def test_the_model_sees_at_most_ten_rows_while_the_data_has_them_all(
+    run: Callable[..., Any], orders: list[str]
+) -> None:
+    outcome = await run("run_readonly_query", sql=BY_REFERENCE)
+
+    header, *lines = outcome.text.splitlines()
+    assert header == f"{ORDERS} rows (first 10 shown):"
+    assert lines == ["reference | status"] + [f"{reference} | open" for reference in orders[:10]]
+    assert len(outcome.result.data["rows"]) == ORDERS
+
+
+async def test_a_short_result_is_shown_whole(run: Callable[..., Any], orders: list[str]) -> None:
+    outcome = await run(
+        "run_readonly_query",
+        sql="SELECT reference, owner_id FROM testapp_order ORDER BY reference LIMIT 3",
+    )
+
+    assert outcome.text.splitlines() == [
+        "3 rows:",
+        "reference | owner_id",
+        *(f"{reference} | NULL" for reference in orders[:3]),
+    ]
+
+
+async def test_rows_are_capped_by_the_limit(run: Callable[..., Any], orders: list[str]) -> None:
+    outcome = await run("run_readonly_query", sql=BY_REFERENCE, limit=12)
+
+    data = outcome.result.data
+    assert [row[0] for row in data["rows"]] == orders[:12]
+    assert data["truncated"] is True
+    assert outcome.text.splitlines()[0] == "12+ rows (first 10 shown):"
+
+
+async def test_rows_are_capped_by_the_toolsets_row_limit(
+    run: Callable[..., Any], orders: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(testapp_tools.TestDatabase, "row_limit", 5)
+
+    outcome = await run("run_readonly_query", sql=BY_REFERENCE, limit=100)
+
+    assert [row[0] for row in outcome.result.data["rows"]] == orders[:5]
+    assert outcome.result.data["truncated"] is True
+    assert outcome.text.splitlines()[0] == "5+ rows:"
+
+
+async def test_a_query_error_is_answered_not_raised(run: Callable[..., Any]) -> None:
+    outcome = await run("run_readonly_query", sql="SELECT missing FROM no_such_table")
+
+    assert outcome.decision == "executed"
+    assert outcome.text.startswith("The database refused the query: ")
+    assert "no_such_table" in outcome.text
+    follow_up = await run("run_readonly_query", sql="SELECT 1 AS one")
+    assert follow_up.result.data["rows"] == [[1]]
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "INSERT INTO testapp_order (reference, amount, status, approvals) "
+        "VALUES ('SNEAKY', 0, 'open', 0)",
+        "UPDATE testapp_order SET status = 'shipped'",
+        "DELETE FROM testapp_order",
+    ],
+    ids=["insert", "update", "delete"],
+)
+async def test_a_write_is_refused_and_changes_nothing(
+    run: Callable[..., Any], orders: list[str], sql: str
+) -> None:
+    outcome = await run("run_readonly_query", sql=sql)
+
+    assert outcome.text.startswith("The database refused the query: ")
+    assert any(word in outcome.text.lower() for word in ("read-only", "readonly"))
+    statuses = await sync_to_async(list)(
+        Order.objects.order_by("reference").values_list("reference", "status")
+    )
+    assert statuses == [(reference, "open") for reference in orders]
+
+
+async def test_a_dropped_table_stays(run: Callable[..., Any], orders: list[str]) -> None:
+    outcome = await run("run_readonly_query", sql="DROP TABLE testapp_order")
+
+    assert outcome.text.startswith("The database refused the query: ")
+    assert await sync_to_async(order_count)() == ORDERS
+
+
+# Each backend's way for a query to switch the read-only guard off, then write.
+LIFT_THE_GUARD = {
+    "postgresql": [
+        "SET SESSION CHARACTERISTICS AS TRANSACTION READ WRITE; COMMIT; DELETE FROM testapp_order",
+        "COMMIT; BEGIN READ WRITE; DELETE FROM testapp_order; COMMIT",
+    ],
+    "sqlite": ["PRAGMA query_only = OFF"],
+}
+
+
+async def test_a_query_cannot_lift_the_read_only_guard(
+    run: Callable[..., Any], orders: list[str]
+) -> None:
+    for sql in LIFT_THE_GUARD[connection.vendor]:
+        await run("run_readonly_query", sql=sql)
+
+    assert await sync_to_async(order_count)() == ORDERS
+    if connection.vendor == "sqlite":
+        guard = await run("run_readonly_query", sql="PRAGMA query_only")
+        assert guard.result.data["rows"] == [[1]]
+    else:
+        guard = await run("run_readonly_query", sql="SHOW default_transaction_read_only")
+        assert guard.result.data["rows"] == [["on"]]
+
+
+# -- permissions ---------------------------------------------------------------------------------
+
+
+async def test_a_user_without_the_query_permission_is_denied(
+    run: Callable[..., Any], browser: Any
+) -> None:
+    outcome = await run("run_readonly_query", user=browser, sql="SELECT 1")
+
+    assert outcome.decision == "denied"
+    assert outcome.code == "permission_denied"
+    entry = await AuditEntry.objects.aget(pk=outcome.audit_id)
+    assert entry.decision == AuditEntry.Decision.DENIED
+    assert entry.operation == "run_readonly_query"
+
+
+async def test_the_read_permission_is_enough_to_look_at_the_schema(
+    run: Callable[..., Any], browser: Any
+) -> None:
+    tables = await run("list_tables", user=browser)
+    columns = await run("describe_table", user=browser, table="testapp_order")
+
+    assert tables.decision == columns.decision == "executed"
+
+
+@pytest.mark.parametrize("operation", ["list_tables", "describe_table", "run_readonly_query"])
+async def test_a_user_without_database_permissions_is_denied_everything(
+    run: Callable[..., Any], plain_user: Any, operation: str
+) -> None:
+    entities = {"table": "testapp_order"} if operation == "describe_table" else {}
+    if operation == "run_readonly_query":
+        entities = {"sql": "SELECT 1"}
+
+    outcome = await run(operation, user=plain_user, **entities)
+
+    assert outcome.decision == "denied"
+    assert outcome.code == "permission_denied"
+
+
+async def test_a_denied_call_does_not_start_the_toolset(
+    run: Callable[..., Any], session: ToolSession, plain_user: Any
+) -> None:
+    await run("list_tables", user=plain_user)
+
+    assert session.state(testapp_tools.TestDatabase) is None
+
+
+# -- statement timeout and cancellation ----------------------------------------------------------
+
+
+async def test_the_statement_timeout_stops_a_long_query(
+    run: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(testapp_tools.TestDatabase, "statement_timeout", 0.3)
+
+    started = time.monotonic()
+    outcome = await run("run_readonly_query", sql=ENDLESS[connection.vendor])
+
+    assert time.monotonic() - started < 2
+    assert outcome.text.startswith("The database refused the query: ")
+    follow_up = await run("run_readonly_query", sql="SELECT 1 AS one")
+    assert follow_up.result.data["rows"] == [[1]]
+
+
+async def test_a_cancelled_call_stops_its_query_and_leaves_the_connection_usable(
+    run: Callable[..., Any], session: ToolSession
+) -> None:
+    await session.start(testapp_tools.TestDatabase)  # so the query starts at once
+    call = asyncio.ensure_future(run("run_readonly_query", sql=ENDLESS[connection.vendor]))
+    await asyncio.sleep(0.3)
+
+    started = time.monotonic()
+    call.cancel()
+    with pytest.raises(DispatchCancelled) as stopped:
+        await asyncio.wait_for(call, WAIT)
+
+    assert time.monotonic() - started < 2
+    assert stopped.value.outcome.decision == "cancelled"
+    entry = await AuditEntry.objects.aget(pk=stopped.value.outcome.audit_id)
+    assert entry.decision == AuditEntry.Decision.CANCELLED
+    follow_up = await asyncio.wait_for(run("run_readonly_query", sql="SELECT 1 AS one"), WAIT)
+    assert follow_up.result.data["rows"] == [[1]]
+
+
+# -- on PostgreSQL: nothing keeps running on the server ------------------------------------------
+
+
+def running_sleeps() -> int:
+    """Queries of this test database that are sleeping on the server right now."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND state = 'active' AND query LIKE %s AND pid <> pg_backend_pid()",
+            ["%pg_sleep(%"],
+        )
+        return cursor.fetchone()[0]
+
+
+async def sleeping_on_server(count: int, within: float = WAIT) -> bool:
+    """Wait until ``count`` queries are sleeping on the server; False after ``within`` s."""
+    deadline = time.monotonic() + within
+    while await sync_to_async(running_sleeps)() != count:
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True
+
+
+@pytest.mark.postgres
+async def test_cancelling_the_turn_cancels_its_query_on_the_server(analyst: Any) -> None:
+    token = CancellationToken()
+    turn = asyncio.ensure_future(
+        arun_turn(analyst, 'run query "SELECT pg_sleep(30)"', cancel=token)
+    )
+    assert await sleeping_on_server(1)
+
+    started = time.monotonic()
+    token.cancel()
+    result = await asyncio.wait_for(turn, WAIT)
+
+    assert time.monotonic() - started < 2
+    assert result.assistant_message.status == Message.Status.CANCELLED
+    assert [outcome.decision for outcome in result.outcomes] == ["cancelled"]
+    assert await sleeping_on_server(0, within=0.5)
+
+
+@pytest.mark.postgres
+async def test_cancelling_the_session_cancels_a_running_query_on_the_server(
+    run: Callable[..., Any], session: ToolSession
+) -> None:
+    call = asyncio.ensure_future(run("run_readonly_query", sql="SELECT pg_sleep(30)"))
+    assert await sleeping_on_server(1)
+
+    started = time.monotonic()
+    await asyncio.wait_for(session.cancel(), WAIT)
+    outcome = await asyncio.wait_for(call, WAIT)
+
+    assert time.monotonic() - started < 2
+    assert outcome.text == (
+        "The database refused the query: canceling statement due to user request"
+    )
+    assert session.state(testapp_tools.TestDatabase) is ToolLifecycleState.CANCELLED
+    assert await sleeping_on_server(0, within=0.5)
+
+
+@pytest.mark.postgres
+async def test_the_statement_timeout_leaves_no_query_running_on_the_server(
+    run: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(testapp_tools.TestDatabase, "statement_timeout", 0.5)
+
+    started = time.monotonic()
+    outcome = await run("run_readonly_query", sql="SELECT pg_sleep(10)")
+
+    assert time.monotonic() - started < 2
+    assert outcome.text == (
+        "The database refused the query: canceling statement due to statement timeout"
+    )
+    assert await sleeping_on_server(0, within=0.5)

@@ -1,0 +1,227 @@
+"""A websocket connection is a chat session: its toolsets start on connect and end with it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+from channels.testing import WebsocketCommunicator
+
+from assistant.runner import RUNNING
+from tests.asgi import application
+from tests.testapp.assistant_tools import LIFECYCLE_LOG
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+WAIT = 5.0  # seconds any single frame or lifecycle step may take
+ORIGIN = (b"origin", b"http://127.0.0.1")
+
+Socket = WebsocketCommunicator
+OpenSocket = Callable[[Any], Awaitable[Socket]]
+
+
+async def eventually(condition: Callable[[], bool], within: float = WAIT) -> bool:
+    """Poll ``condition`` until it holds or ``within`` seconds pass."""
+    deadline = time.monotonic() + within
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True
+
+
+@pytest.fixture
+def log() -> Iterator[list[str]]:
+    """The test toolsets' shared lifecycle log, emptied for this test."""
+    LIFECYCLE_LOG.clear()
+    yield LIFECYCLE_LOG
+    LIFECYCLE_LOG.clear()
+
+
+@pytest.fixture
+def diagnostician(make_user: Callable[..., Any]) -> Any:
+    """May use the test toolsets' tools."""
+    return make_user("diagnostician", "assistant.diagnostics_run")
+
+
+@pytest.fixture
+async def open_socket() -> AsyncIterator[OpenSocket]:
+    """Connect sockets as a user; afterwards close them and let their turns end."""
+    opened: list[Socket] = []
+
+    async def open_(user: Any) -> Socket:
+        socket = WebsocketCommunicator(application, "/ws/assistant/", headers=[ORIGIN])
+        socket.scope["user"] = user
+        connected, _ = await socket.connect(timeout=WAIT)
+        assert connected
+        opened.append(socket)
+        return socket
+
+    yield open_
+    for socket in opened:
+        with contextlib.suppress(Exception):  # already closed by the test
+            await socket.disconnect(timeout=WAIT)
+    if RUNNING:
+        await asyncio.wait(set(RUNNING), timeout=WAIT)
+
+
+async def ask(socket: Socket, text: str) -> list[dict[str, Any]]:
+    """Send a message and collect its run's frames, up to RUN_FINISHED or RUN_ERROR."""
+    await socket.send_json_to({"type": "message", "text": text})
+    frames = [await socket.receive_json_from(timeout=WAIT)]
+    while frames[-1]["type"] not in ("RUN_FINISHED", "RUN_ERROR"):
+        frames.append(await socket.receive_json_from(timeout=WAIT))
+    if RUNNING:  # the turn stores its reply after the last frame: let it finish
+        await asyncio.wait(set(RUNNING), timeout=WAIT)
+    return frames
+
+
+def outcomes(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The recorded outcome of each tool call in a run."""
+    return [
+        frame["value"]
+        for frame in frames
+        if frame["type"] == "CUSTOM" and frame["name"] == "assistant.outcome"
+    ]
+
+
+def probe_id(frames: list[dict[str, Any]]) -> int:
+    """Which Probe instance answered a "probe state" run."""
+    (outcome,) = outcomes(frames)
+    assert outcome["operation"] == "probe_state"
+    assert outcome["decision"] == "executed", outcome["text"]
+    match = re.fullmatch(r"probe started id=(\d+)", outcome["text"])
+    assert match is not None, outcome["text"]
+    return int(match[1])
+
+
+async def test_connecting_starts_the_sessions_toolsets(
+    open_socket: OpenSocket, diagnostician: Any, log: list[str]
+) -> None:
+    await open_socket(diagnostician)
+
+    assert await eventually(lambda: "probe:start" in log)
+    assert log == ["probe:start"]
+
+
+async def test_an_unauthenticated_socket_starts_no_toolsets(log: list[str]) -> None:
+    from django.contrib.auth.models import AnonymousUser
+
+    socket = WebsocketCommunicator(application, "/ws/assistant/", headers=[ORIGIN])
+    socket.scope["user"] = AnonymousUser()
+    await socket.connect(timeout=WAIT)
+    closed = await socket.receive_output(timeout=WAIT)
+
+    assert closed == {"type": "websocket.close", "code": 4401}
+    await asyncio.sleep(0.05)
+    assert log == []
+    await socket.disconnect(code=4401, timeout=WAIT)
+    assert log == []  # nothing to cancel either
+
+
+async def test_a_normal_close_stops_the_toolsets(
+    open_socket: OpenSocket, diagnostician: Any, log: list[str]
+) -> None:
+    socket = await open_socket(diagnostician)
+    assert await eventually(lambda: "probe:start" in log)
+
+    await socket.disconnect(code=1000, timeout=WAIT)
+
+    assert await eventually(lambda: "probe:background-exit" in log)
+    assert log[:2] == ["probe:start", "probe:stop"]
+    assert "probe:cancel" not in log
+
+
+async def test_going_away_is_a_normal_close(
+    open_socket: OpenSocket, diagnostician: Any, log: list[str]
+) -> None:
+    socket = await open_socket(diagnostician)
+    assert await eventually(lambda: "probe:start" in log)
+
+    await socket.disconnect(code=1001, timeout=WAIT)
+
+    assert await eventually(lambda: "probe:stop" in log)
+    assert "probe:cancel" not in log
+
+
+@pytest.mark.parametrize("code", [1006, 1011, 4000])
+async def test_an_abnormal_close_cancels_the_toolsets(
+    open_socket: OpenSocket, diagnostician: Any, log: list[str], code: int
+) -> None:
+    socket = await open_socket(diagnostician)
+    assert await eventually(lambda: "probe:start" in log)
+
+    await socket.disconnect(code=code, timeout=WAIT)
+
+    assert await eventually(lambda: "probe:background-exit" in log)
+    assert log[:3] == ["probe:start", "probe:cancel", "probe:stop"]
+
+
+async def test_a_turn_uses_the_sessions_toolset(
+    open_socket: OpenSocket, diagnostician: Any, log: list[str]
+) -> None:
+    socket = await open_socket(diagnostician)
+    assert await eventually(lambda: "probe:start" in log)
+
+    first = await ask(socket, "probe state")
+    second = await ask(socket, "probe state")
+
+    assert probe_id(first) == probe_id(second)  # one instance serves the whole session
+    assert log.count("probe:start") == 1
+    assert "probe:stop" not in log  # a turn does not end the session's toolsets
+
+
+async def test_each_connection_has_its_own_toolset_instances(
+    open_socket: OpenSocket, diagnostician: Any, log: list[str]
+) -> None:
+    one, two = await open_socket(diagnostician), await open_socket(diagnostician)
+    assert await eventually(lambda: log.count("probe:start") == 2)
+
+    assert probe_id(await ask(one, "probe state")) != probe_id(await ask(two, "probe state"))
+
+
+async def test_the_users_cancel_frame_cancels_the_toolsets(
+    open_socket: OpenSocket, diagnostician: Any, log: list[str]
+) -> None:
+    socket = await open_socket(diagnostician)
+    frames = await ask(socket, "probe state")
+    before = probe_id(frames)
+
+    await socket.send_json_to({"type": "cancel", "conversation": frames[0]["threadId"]})
+
+    assert await eventually(lambda: "probe:background-exit" in log)
+    assert log[:3] == ["probe:start", "probe:cancel", "probe:stop"]
+    after = probe_id(await ask(socket, "probe state"))  # restarted on next use
+    assert after != before
+    assert log.count("probe:start") == 2
+
+
+async def test_asking_for_a_broken_toolsets_tool_gets_the_capabilities_instead(
+    open_socket: OpenSocket, diagnostician: Any, log: list[str]
+) -> None:
+    socket = await open_socket(diagnostician)
+    assert await eventually(lambda: "probe:start" in log)
+
+    frames = await ask(socket, "broken tool")
+
+    (outcome,) = outcomes(frames)
+    assert outcome["operation"] == "show_capabilities"
+    assert outcome["decision"] == "executed"
+
+
+async def test_the_capabilities_leave_out_a_broken_toolsets_tools(
+    open_socket: OpenSocket, diagnostician: Any, log: list[str]
+) -> None:
+    socket = await open_socket(diagnostician)
+    assert await eventually(lambda: "probe:start" in log)
+
+    (outcome,) = outcomes(await ask(socket, "what can you do"))
+
+    assert outcome["operation"] == "show_capabilities"
+    assert "probe_state" in outcome["text"]
+    assert "broken_tool" not in outcome["text"]
