@@ -551,9 +551,13 @@ class JobAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Cancel the selected jobs", permissions=["change"])
     def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        asked = sum(
-            job.request_cancel() for job in queryset.filter(status__in=["queued", "running"])
-        )
+        from .jobs import announce_completion
+
+        asked = 0
+        for job in queryset.filter(status__in=["queued", "running"]):
+            asked += job.request_cancel()
+            if job.status == Job.Status.CANCELLED:
+                announce_completion(job)  # it never started: no worker will say so
         for job in queryset:
             record_action(request, "cancel_job", {"job": str(job.pk)}, domain="jobs")
         self.message_user(request, f"Asked {asked} job(s) to stop.", messages.SUCCESS)

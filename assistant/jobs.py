@@ -43,8 +43,12 @@ class JobDefinitionError(AssistantError, TypeError):
 
 
 def _path_of(function: Callable[..., Any]) -> str:
-    path = f"{function.__module__}.{function.__qualname__}"
-    if "<" in path or not callable(function):
+    module = getattr(function, "__module__", None)
+    name = getattr(function, "__qualname__", None)
+    if not callable(function) or not module or not name:
+        raise JobDefinitionError(f"{function!r}: a job must be a module-level function")
+    path = f"{module}.{name}"
+    if "<" in path:
         raise JobDefinitionError(f"{path}: a job must be a module-level function")
     try:
         if import_string(path) is not function:
@@ -133,6 +137,7 @@ def execute_job(job_id: str) -> str:
     stop = threading.Event()
     beater = threading.Thread(target=_heartbeat, args=(context, stop), daemon=True)
     beater.start()
+    won = False
     try:
         function = import_string(job.function)
         if inspect.iscoroutinefunction(function):
@@ -140,19 +145,24 @@ def execute_job(job_id: str) -> str:
         else:
             value = function(context, *job.args, **job.kwargs)
         if context.cancel.is_cancelled:
-            job.finish(Job.Status.CANCELLED, error="Cancelled by the user.")
+            won = job.finish(Job.Status.CANCELLED, error="Cancelled by the user.")
         else:
             text, data = _result(value)
-            job.finish(Job.Status.SUCCEEDED, result=text, data=data)
+            won = job.finish(Job.Status.SUCCEEDED, result=text, data=data)
     except Cancelled:
-        job.finish(Job.Status.CANCELLED, error="Cancelled by the user.")
+        won = job.finish(Job.Status.CANCELLED, error="Cancelled by the user.")
     except Exception as exc:
         logger.exception("Job %s (%s) failed", job.pk, job.function)
-        job.finish(Job.Status.FAILED, error=f"{type(exc).__name__}: {exc}")
+        won = job.finish(Job.Status.FAILED, error=f"{type(exc).__name__}: {exc}")
     finally:
         stop.set()
         beater.join(timeout=5)
-    announce_completion(job)
+    if won:
+        announce_completion(job)
+    else:
+        logger.warning(
+            "Job %s had already ended (%s); its late result is dropped", job.pk, job.status
+        )
     return job.status
 
 
@@ -178,23 +188,27 @@ def completion_text(job: Job) -> str:
 
 
 def announce_completion(job: Job) -> None:
-    """Append the job's outcome to its conversation as an assistant message."""
-    if job.conversation_id is None or job.completion_message_id is not None:
+    """Append the job's outcome to its conversation as an assistant message, once."""
+    if job.conversation_id is None:
         return
-    message = Message.objects.create(
-        conversation_id=job.conversation_id,
-        role=Message.Role.ASSISTANT,
-        text=completion_text(job),
-        tool_calls=[
-            {
-                "operation": job.operation,
-                "task_id": str(job.pk),
-                "decision": job.status,
-                "text": job.result or job.error,
-            }
-        ],
-    )
-    Job.objects.filter(pk=job.pk).update(completion_message=message, updated_at=timezone.now())
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().filter(pk=job.pk).first()
+        if locked is None or locked.completion_message_id is not None:
+            return
+        message = Message.objects.create(
+            conversation_id=job.conversation_id,
+            role=Message.Role.ASSISTANT,
+            text=completion_text(locked),
+            tool_calls=[
+                {
+                    "operation": locked.operation,
+                    "task_id": str(locked.pk),
+                    "decision": locked.status,
+                    "text": locked.result or locked.error,
+                }
+            ],
+        )
+        Job.objects.filter(pk=job.pk).update(completion_message=message, updated_at=timezone.now())
     job.completion_message = message
 
 
@@ -260,4 +274,6 @@ def cancel_job(user: Any, job_id: Any) -> Job:
     if job.user_id != user.pk and not user.has_perm("assistant.change_job"):
         raise JobNotFound("No such job of yours.")
     job.request_cancel()
+    if job.status == Job.Status.CANCELLED:
+        announce_completion(job)  # it never started: no worker will say so
     return job

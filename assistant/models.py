@@ -403,17 +403,21 @@ class Job(models.Model):
             Job.objects.filter(pk=self.pk).values_list("cancel_requested", flat=True).first()
         )
 
-    def finish(self, status: str, *, result: str = "", data: Any = None, error: str = "") -> None:
+    def finish(self, status: str, *, result: str = "", data: Any = None, error: str = "") -> bool:
+        """Running → finished, once: a worker waking after the reaper failed its job loses."""
         fields: dict[str, Any] = {
             "status": status,
             "result": result,
             "result_data": data,
             "error": error[:5000],
             "finished_at": timezone.now(),
+            "updated_at": timezone.now(),
         }
         if status == Job.Status.SUCCEEDED:
             fields["progress"] = 100
-        self._set(**fields)
+        won = Job.objects.filter(pk=self.pk, status=Job.Status.RUNNING).update(**fields)
+        self.refresh_from_db()
+        return bool(won)
 
     def request_cancel(self) -> bool:
         """Ask the job to stop: a queued one is cancelled at once, a running one told to stop."""

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("assistant.runner")
 BATCH_WINDOW = 0.005  # seconds a publisher waits to gather a burst of frames into one send
+RELAY_LOOK_BACK = 5.0  # seconds the job relay re-reads behind its watermark
 
 
 def group_name(thread_id: Any) -> str:
@@ -216,7 +217,9 @@ class JobRelay:
     def __init__(self) -> None:
         self.watchers = 0
         self.task: asyncio.Task[None] | None = None
-        self.announced: set[str] = set()
+        # job id → (updated_at last sent, completion message sent): what was already relayed
+        # within the look-back window
+        self.sent: dict[Any, tuple[Any, bool]] = {}
 
     def acquire(self) -> None:
         self.watchers += 1
@@ -247,18 +250,33 @@ class JobRelay:
                 logger.exception("Relaying job progress failed; retrying")
 
     async def relay(self, since: Any) -> Any:
-        """Send what changed after ``since``; returns the new watermark."""
-        changed, messages = await sync_to_async(_changed_jobs)(since)
+        """Send what changed after ``since``; returns the new watermark.
+
+        It looks a few seconds behind the watermark: a row committed late, or stamped by a
+        worker whose clock runs behind, is still seen; what was already sent is skipped.
+        """
+        from datetime import timedelta
+
+        window = timedelta(seconds=RELAY_LOOK_BACK)
+        changed, messages = await sync_to_async(_changed_jobs)(since - window)
         for job, event in changed:
-            publisher = Publisher(str(job.conversation_id))
-            publisher.put(_frame(events_custom("assistant.job", event), job.conversation_id))
+            last, message_sent = self.sent.get(job.pk, (None, False))
             message = messages.get(job.pk)
-            if message is not None and str(message.pk) not in self.announced:
-                self.announced.add(str(message.pk))
+            fresh = last is None or job.updated_at > last
+            announce = message is not None and not message_sent
+            if not (fresh or announce):
+                continue
+            publisher = Publisher(str(job.conversation_id))
+            if fresh:
+                publisher.put(_frame(events_custom("assistant.job", event), job.conversation_id))
+            if announce:
                 for frame in _message_frames(message):
                     publisher.put(frame)
             await publisher.close()
+            self.sent[job.pk] = (job.updated_at, message_sent or announce)
             since = max(since, job.updated_at)
+        horizon = since - window
+        self.sent = {pk: entry for pk, entry in self.sent.items() if entry[0] >= horizon}
         return since
 
 

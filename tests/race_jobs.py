@@ -1,0 +1,99 @@
+"""Job functions the real-worker tests run, and the ``db_worker`` processes that run them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import IO, Any
+from urllib.parse import quote
+
+from assistant.jobs import JobContext
+from tests.testapp.models import Order
+
+ROOT = Path(__file__).resolve().parent.parent
+DATABASE_BACKEND = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
+
+
+def record_run(job: JobContext, seconds: float = 0.0) -> str:
+    """Leave one order per run, named after the job (a second run fails on the unique name)."""
+    time.sleep(seconds)
+    Order.objects.create(reference=f"job-{job.id}", approvals=os.getpid())
+    return f"ran in {os.getpid()}"
+
+
+def database_url() -> str:
+    """The test database (the test one, once it is set up) as a URL a subprocess can use."""
+    from django.db import connection
+
+    db = connection.settings_dict
+    credentials = quote(db["USER"] or "") + (f":{quote(db['PASSWORD'])}" if db["PASSWORD"] else "")
+    return f"postgres://{credentials}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+class Workers:
+    """``manage.py db_worker`` processes on the test database; ``close()`` ends what is left."""
+
+    def __init__(self) -> None:
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.logs: list[IO[bytes]] = []
+
+    def start(self, *options: str) -> subprocess.Popen[bytes]:
+        log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.worker_settings",
+            "DATABASE_URL": database_url(),
+        }
+        command = [sys.executable, "manage.py", "db_worker", "--no-reload", "--no-startup-delay"]
+        process = subprocess.Popen(
+            [*command, "--queue-name", "*", *options],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.processes.append(process)
+        self.logs.append(log)
+        return process
+
+    def output(self, process: subprocess.Popen[bytes]) -> str:
+        log = self.logs[self.processes.index(process)]
+        log.seek(0)
+        return log.read().decode(errors="replace")
+
+    def wait(self, process: subprocess.Popen[bytes], timeout: float) -> int:
+        """The exit code of a ``--batch`` worker that must end within ``timeout`` seconds."""
+        try:
+            return process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"db_worker still runs after {timeout:g} s:\n{self.output(process)}"
+            ) from None
+
+    def close(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(timeout=10)
+        for log in self.logs:
+            log.close()
+
+
+def eventually(check: Any, *, timeout: float, interval: float = 0.05, what: str = "") -> Any:
+    """Poll ``check()`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout:g} s: {what or check}")
+        time.sleep(interval)
