@@ -10,14 +10,18 @@ from __future__ import annotations
 import csv
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.contrib import admin, messages
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import get_user_model
+from django.core.handlers.asgi import ASGIRequest
 from django.core.paginator import Paginator
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Count, Max, Min, Q, QuerySet
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.template.response import TemplateResponse
@@ -215,6 +219,7 @@ class AuditEntryAdmin(ReadOnlyAdmin):
     search_help_text = "An operation, a username (exact), or a conversation id."
     date_hierarchy = "created_at"
     show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER  # a count per filter choice is a scan per choice
     paginator = EstimatedCountPaginator
     list_per_page = 100
     ordering = ["-id"]
@@ -287,10 +292,13 @@ class AuditEntryAdmin(ReadOnlyAdmin):
     def job_links(self, entry: AuditEntry) -> str:
         if entry.conversation_id is None:
             return "-"
+        # The handler enqueued them while it ran, just before the entry was written.
+        started = entry.created_at - timedelta(milliseconds=entry.duration_ms + 1000)
         jobs = Job.objects.filter(
             conversation_id=entry.conversation_id,
             operation=entry.operation,
-            created_at__gte=entry.created_at,
+            created_at__gte=started,
+            created_at__lte=entry.created_at,
         ).order_by("created_at")[:3]
         return (
             format_html_join(
@@ -323,9 +331,16 @@ class AuditEntryAdmin(ReadOnlyAdmin):
             return HttpResponse(status=403)
         if fmt not in ("csv", "jsonl"):
             return HttpResponse("Choose csv or jsonl.", status=404)
-        changelist = self.get_changelist_instance(request)
+        try:
+            changelist = self.get_changelist_instance(request)
+        except IncorrectLookupParameters:
+            return HttpResponse("The filter is not valid.", status=400)
         rows = changelist.get_queryset(request).order_by("-id")
-        stream = export_csv(rows) if fmt == "csv" else export_jsonl(rows)
+        render = render_csv if fmt == "csv" else render_jsonl
+        # Under ASGI an async iterator streams; a sync one would be read whole first.
+        stream: Any = (
+            astream(rows, render) if isinstance(request, ASGIRequest) else stream_rows(rows, render)
+        )
         response = StreamingHttpResponse(
             stream, content_type="text/csv" if fmt == "csv" else "application/x-ndjson"
         )
@@ -351,27 +366,51 @@ EXPORT_FIELDS = [
 ]
 
 
-def _export_rows(rows: QuerySet[AuditEntry]) -> Iterator[dict[str, Any]]:
-    yield from rows.values(*EXPORT_FIELDS).iterator(chunk_size=EXPORT_CHUNK)
-
-
 class _Echo:
     def write(self, value: str) -> str:
         return value
 
 
-def export_csv(rows: QuerySet[AuditEntry]) -> Iterator[str]:
+def render_csv(rows: list[dict[str, Any]], first: bool) -> str:
     writer = csv.writer(_Echo())
-    yield writer.writerow(EXPORT_FIELDS)
-    for row in _export_rows(rows):
+    lines = [writer.writerow(EXPORT_FIELDS)] if first else []
+    for row in rows:
         row["created_at"] = row["created_at"].isoformat()
         row["entities"] = json.dumps(row["entities"], sort_keys=True)
-        yield writer.writerow([row[name] for name in EXPORT_FIELDS])
+        lines.append(writer.writerow([row[name] for name in EXPORT_FIELDS]))
+    return "".join(lines)
 
 
-def export_jsonl(rows: QuerySet[AuditEntry]) -> Iterator[str]:
-    for row in _export_rows(rows):
-        yield json.dumps(row, default=str, sort_keys=True) + "\n"
+def render_jsonl(rows: list[dict[str, Any]], first: bool) -> str:
+    return "".join(json.dumps(row, cls=DjangoJSONEncoder, sort_keys=True) + "\n" for row in rows)
+
+
+def _chunk(rows: QuerySet[AuditEntry], before: int | None) -> list[dict[str, Any]]:
+    """The next rows, newest first, by id (keyset: no OFFSET, constant cost per chunk)."""
+    page = rows if before is None else rows.filter(id__lt=before)
+    return list(page.values(*EXPORT_FIELDS)[:EXPORT_CHUNK])
+
+
+def stream_rows(rows: QuerySet[AuditEntry], render: Any) -> Iterator[str]:
+    before, first = None, True
+    while True:
+        chunk = _chunk(rows, before)
+        if chunk or first:
+            yield render(chunk, first)
+        if len(chunk) < EXPORT_CHUNK:
+            return
+        before, first = chunk[-1]["id"], False
+
+
+async def astream(rows: QuerySet[AuditEntry], render: Any) -> AsyncIterator[str]:
+    before, first = None, True
+    while True:
+        chunk = await sync_to_async(_chunk)(rows, before)
+        if chunk or first:
+            yield render(chunk, first)
+        if len(chunk) < EXPORT_CHUNK:
+            return
+        before, first = chunk[-1]["id"], False
 
 
 class MessageInline(admin.TabularInline):  # type: ignore[type-arg]
@@ -523,8 +562,9 @@ class JobAdmin(ReadOnlyAdmin):
     readonly_fields = list(fields)  # type: ignore[arg-type]
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        # Needed for the cancel action; every field stays read-only.
-        return bool(request.user.has_perm("assistant.change_job"))
+        # The Cancel action needs it on the list; a job's own page is never editable (a worker
+        # may be writing the row).
+        return obj is None and bool(request.user.has_perm("assistant.change_job"))
 
     @admin.display(description="status", ordering="status")
     def coloured_status(self, job: Job) -> str:
@@ -555,11 +595,11 @@ class JobAdmin(ReadOnlyAdmin):
 
         asked = 0
         for job in queryset.filter(status__in=["queued", "running"]):
-            asked += job.request_cancel()
+            if job.request_cancel():
+                asked += 1
+                record_action(request, "cancel_job", {"job": str(job.pk)}, domain="jobs")
             if job.status == Job.Status.CANCELLED:
                 announce_completion(job)  # it never started: no worker will say so
-        for job in queryset:
-            record_action(request, "cancel_job", {"job": str(job.pk)}, domain="jobs")
         self.message_user(request, f"Asked {asked} job(s) to stop.", messages.SUCCESS)
 
 
