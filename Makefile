@@ -30,14 +30,15 @@ $(BIN)/.installed: requirements.txt pyproject.toml
 demo: $(BIN)/.installed
 	$(BIN)/python manage.py migrate --noinput -v 0
 	$(BIN)/python manage.py demo_users
+	$(BIN)/python manage.py demo_dashboards
 	@echo "Background jobs: a db_worker runs beside the server (stopped with it)."
 	$(BIN)/python manage.py db_worker --no-reload --interval 0.5 --queue-name '*' & worker=$$!; \
 		trap 'kill $$worker 2>/dev/null' EXIT INT TERM; \
 		$(BIN)/python manage.py runserver $(HOST):$(PORT)
 
 lint: $(BIN)/.installed
-	$(BIN)/ruff check assistant tests demo config
-	$(BIN)/ruff format --check assistant tests demo config
+	$(BIN)/ruff check assistant tests demo config dashboards
+	$(BIN)/ruff format --check assistant tests demo config dashboards
 
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy assistant

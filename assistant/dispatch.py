@@ -365,43 +365,55 @@ async def _aaudited(call: _Call, outcome: Outcome) -> Outcome:
 def _run_sync(call: _Call, confirmed: bool) -> Outcome:
     tool = call.tool
     assert tool is not None
-    timer = None
-    expired = threading.Event()
     if tool.timeout is not None:
-        # A thread cannot be interrupted: at the deadline the handler's token fires, and
-        # whatever it returns afterwards is discarded as a timeout.
-        call.cancel = deadline_token = (call.cancel or CancellationToken()).child()
+        return _run_sync_with_deadline(call, confirmed)
+    try:
+        if tool.is_async:
+            value = async_to_sync(_awaited)(tool, call.tool_call(), call.values)
+        else:
+            value = tool.handler(call.tool_call(), **call.values)
+    except Exception as exc:
+        return call.failed(exc)
+    return _ended(call, value, confirmed)
 
-        def expire() -> None:
-            expired.set()
-            deadline_token.cancel()
 
-        timer = threading.Timer(tool.timeout, expire)
-        timer.daemon = True
-        timer.start()
+def _run_sync_with_deadline(call: _Call, confirmed: bool) -> Outcome:
+    """A thread cannot be interrupted: at the deadline the handler's token fires, and whatever
+    it returns afterwards is discarded as a timeout (an async handler is cut off outright)."""
+    tool = call.tool
+    assert tool is not None and tool.timeout is not None
+    expired = threading.Event()
+    call.cancel = deadline_token = (call.cancel or CancellationToken()).child()
+
+    def expire() -> None:
+        expired.set()
+        deadline_token.cancel()
+
+    timer = threading.Timer(tool.timeout, expire)
+    timer.daemon = True
+    timer.start()
     try:
         if tool.is_async:
             value = async_to_sync(_awaited)(tool, call.tool_call(), call.values)
         else:
             value = tool.handler(call.tool_call(), **call.values)
     except TimeoutError as exc:
-        if tool.is_async and tool.timeout is not None:
-            return _timed_out(call)
-        return call.failed(exc)
+        return _timed_out(call) if tool.is_async else call.failed(exc)
     except Exception as exc:
-        if expired.is_set():
-            return _timed_out(call)
-        return call.failed(exc)
+        return _timed_out(call) if expired.is_set() else call.failed(exc)
     finally:
-        if timer is not None:
-            timer.cancel()
+        timer.cancel()
     if expired.is_set():
         return _timed_out(call)
+    return _ended(call, value, confirmed)
+
+
+def _ended(call: _Call, value: Any, confirmed: bool) -> Outcome:
+    """A handler returned: its result, unless the run was stopped meanwhile."""
     if call.cancel is not None and call.cancel.is_cancelled:
-        # The run was stopped while the handler ran; it returned, but the user asked to stop.
         return call.finish(
             Decision.CANCELLED,
-            result=_as_result(value, tool.operation) if value is not None else None,
+            result=_as_result(value, call.operation) if value is not None else None,
             error=Cancelled("Stopped while running."),
             error_summary="stopped while running",
         )

@@ -30,6 +30,7 @@ INSTALLED_APPS = [
     "django_tasks_db",
     "assistant",
     "demo",
+    "dashboards",
 ]
 
 MIDDLEWARE = [
@@ -111,6 +112,14 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
+# Uploaded and generated files: the dashboards' backups (git-ignored).
+MEDIA_URL = "media/"
+MEDIA_ROOT = BASE_DIR / "media"
+
+# The dashboards-as-code git repository (bare; created by `manage.py demo_dashboards`, git-ignored).
+DASHBOARDS_REPOSITORY = BASE_DIR / "var" / "dashboards.git"
+# Seconds between the steps of a dashboard job, so the demo's progress bars visibly move.
+DASHBOARDS_JOB_PAUSE = float(os.environ.get("DASHBOARDS_JOB_PAUSE", "0.4"))
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LOGIN_URL = "login"
@@ -118,7 +127,7 @@ LOGIN_REDIRECT_URL = "assistant:chat"
 LOGOUT_REDIRECT_URL = "login"
 
 ASSISTANT = {
-    "RESOURCES": {"users": "auth.User"},
+    "RESOURCES": {"users": "auth.User", "dashboards": "dashboards.Dashboard"},
     "CONFIRMATION_TTL": 600,
     "PLANNER": os.environ.get("ASSISTANT_PLANNER", "keywords"),
     # with Redis, replay after a reconnect works across server processes

@@ -10,4 +10,5 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("assistant/", include("assistant.urls")),
+    path("dashboards/", include("dashboards.urls")),
 ]

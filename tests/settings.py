@@ -27,6 +27,7 @@ INSTALLED_APPS = [
     "django_tasks_db",
     "assistant",
     "tests.testapp",
+    "dashboards",
 ]
 
 MIDDLEWARE = [
@@ -52,6 +53,8 @@ TEMPLATES = [
     }
 ]
 STATIC_URL = "static/"
+# Tests that store files point MEDIA_ROOT at a temporary directory of their own.
+MEDIA_ROOT = BASE_DIR / "test-artifacts" / "media"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 ASGI_APPLICATION = "tests.asgi.application"
 
@@ -79,7 +82,7 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 ASSISTANT = {
-    "RESOURCES": {"orders": "testapp.Order"},
+    "RESOURCES": {"orders": "testapp.Order", "dashboards": "dashboards.Dashboard"},
     "THROTTLE_RATE": "10000/min",
 }
 LOGGING = {

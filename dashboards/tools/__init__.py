@@ -1,0 +1,1 @@
+"""The dashboard tools, one module each; ``dashboards.assistant_tools`` imports them."""

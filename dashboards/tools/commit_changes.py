@@ -1,0 +1,67 @@
+"""``commit_changes``: an environment's dashboards exported as files and committed on a branch."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from assistant import ToolCall, ToolResult, assistant_tool
+from assistant.exceptions import InvalidEntities
+
+from .. import repository
+from ..models import Dashboard
+from ..references import require, resolve_environment
+
+
+@assistant_tool(
+    operation="commit_changes",
+    domain="dashboards",
+    description=(
+        "Export an environment's dashboards as files into the dashboards repository and commit "
+        "them on a branch; answers with the commit id and the changed files"
+    ),
+    risk_level="guarded",
+    requires_confirmation=True,
+    permission_checks=[("dashboards", "COMMIT")],
+    keywords=["commit changes", "commit dashboards", "commit"],
+)
+def commit_changes(
+    call: ToolCall,
+    environment: Annotated[str, "the environment to export (slug or name)"],
+    branch: Annotated[str, "the branch to commit on"] = repository.DEFAULT_BRANCH,
+    message: Annotated[str | None, "the commit message"] = None,
+) -> ToolResult:
+    env = resolve_environment(environment)
+    require(call.user, "view", env)
+    repository.require_repository()
+    branch = branch.strip()
+    if repository.branch_commit(branch) is None:
+        raise InvalidEntities(
+            {"branch": f"no branch {branch!r}; create it first (create_branch name={branch})"}
+        )
+    dashboards = list(Dashboard.objects.filter(environment=env).select_related("owner"))
+    files = {
+        f"{dashboard.slug}.json": repository.export_file(dashboard.as_export())
+        for dashboard in dashboards
+    }
+    commit = repository.commit_files(
+        branch,
+        files,
+        prefix=env.slug,
+        message=message or f"Export {len(files)} dashboards of {env.name}",
+        user=call.user,
+    )
+    if commit is None:
+        return ToolResult(
+            text=f"Nothing to commit: {branch} already holds {env.name}'s {len(files)} dashboards.",
+            data={"commit": None, "branch": branch, "environment": env.slug, "files": []},
+        )
+    changed = [{"status": status, "path": path} for status, path in commit.files]
+    lines = [f"  {item['status']} {item['path']}" for item in changed]
+    return ToolResult(
+        text=(
+            f"Committed {len(changed)} changed files of {env.name} on {branch}: "
+            f"{commit.sha[:12]}\n" + "\n".join(lines)
+        ),
+        actions=[{"type": "committed", "branch": branch, "commit": commit.sha}],
+        data={"commit": commit.sha, "branch": branch, "environment": env.slug, "files": changed},
+    )
