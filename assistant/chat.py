@@ -15,7 +15,14 @@ from django.db import transaction
 
 from . import events
 from .conf import assistant_settings
-from .dispatch import DispatchCancelled, Outcome, acancel_action, aconfirm_action, adispatch
+from .dispatch import (
+    DispatchCancelled,
+    Outcome,
+    acancel_action,
+    aconfirm_action,
+    adispatch,
+    jsonable,
+)
 from .exceptions import ActionNotFound, AssistantError, ConversationNotFound, InvalidMessage
 from .lifecycle import CancellationToken, ToolSession, new_session
 from .models import Conversation, Message, PendingAction
@@ -202,7 +209,7 @@ class Turn:
         tool_call_id = tool_call_id or f"call_{uuid.uuid4().hex[:16]}"
         if not announced:
             shown = self._shown_entities(operation, entities)
-            await self.announce_call(tool_call_id, operation, json.dumps(shown))
+            await self.announce_call(tool_call_id, operation, json.dumps(jsonable(shown)))
         try:
             outcome = await adispatch(
                 operation,

@@ -78,7 +78,7 @@ class Outcome:
     def text(self) -> str:
         if self.result is not None:
             return self.result.text
-        if self.pending_action is not None:
+        if self.pending_action is not None and self.decision == Decision.CONFIRMATION_REQUESTED:
             return self.pending_action.summary
         return self.error.message if self.error is not None else ""
 

@@ -118,6 +118,9 @@ def parse_target(target: Any) -> tuple[type[models.Model], str]:
         return target, ""
     if isinstance(target, str):
         label, _, pk = target.partition(":")
+        resources = assistant_settings.RESOURCES
+        if isinstance(resources, dict) and isinstance(resources.get(label), str):
+            label = resources[label]  # a resource name, as in permission_checks
         try:
             model = apps.get_model(label)
         except (LookupError, ValueError):

@@ -223,13 +223,6 @@ def test_the_operator_is_stopped_at_production(
     assert not Job.objects.exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "assistant bug: Turn.call (assistant/chat.py) json.dumps the planned entities without an "
-        "encoder, so the UUID the keyword planner parsed for task_id fails the whole turn"
-    ),
-)
 def test_asking_for_a_tasks_status_by_its_id(
     open_chat: Callable[[Any], Page], world: World
 ) -> None:

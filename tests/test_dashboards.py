@@ -545,13 +545,6 @@ def test_the_operator_may_not_deploy_to_production(world: World) -> None:
     assert state() == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "assistant bug: Outcome.text (assistant/dispatch.py) returns the pending action's summary "
-        "for a confirmed call that then failed, so the reply repeats 'needs your confirmation'"
-    ),
-)
 def test_a_refused_deployment_says_why_not_that_it_needs_confirmation(world: World) -> None:
     response = confirm(
         world.operator,

@@ -1,10 +1,5 @@
 """The keyword planner on the dashboards domain, message by message: plain phrasing picks the tool
-and fills its entities, and what it plans goes through dispatch like any other call.
-
-Plain phrasing that the planner cannot yet turn into entities is marked ``xfail(strict=True)``
-with the missing extraction named: the test states the right behaviour and starts passing (and
-so, being strict, fails until its marker is removed) once the planner learns it.
-"""
+and fills its entities, and what it plans goes through dispatch like any other call."""
 
 from __future__ import annotations
 
@@ -25,28 +20,10 @@ pytestmark = pytest.mark.django_db
 
 TASK = "6f1c1d0e-0000-4000-8000-000000000000"
 
-FREE_TEXT = (
-    "planner: extract_entities fills string entities only from key=value pairs and quoted text; "
-    "the bare words after the keyword ('sales', 'staging', 'feature-x', 'prod') are dropped"
-)
-BARE_NUMBER = (
-    "planner: a bare number fills only integer/number entities, never a string entity such as "
-    "dashboard (an id, slug or title)"
-)
-BARE_UUID = "planner: a bare UUID is not extracted (only task_id=<uuid> or a quoted one)"
-RESOURCE_TARGET = (
-    "planner + run_llm_validation: the word 'dashboards' (an ASSISTANT['RESOURCES'] name) is not "
-    "turned into the target 'dashboards.Dashboard'"
-)
-
 
 def planned(text: str, user: Any) -> tuple[str, dict[str, Any]]:
     (intent,) = plan(text, user)
     return intent.operation, intent.entities
-
-
-def later(reason: str) -> Any:
-    return pytest.mark.xfail(strict=True, reason=reason)
 
 
 # Every operation is recognised from plain phrasing (the keyword decides the tool).
@@ -82,62 +59,52 @@ PLAIN = [
     pytest.param(
         "search dashboards sales",
         ("search_dashboards", {"search": "sales"}),
-        marks=later(FREE_TEXT),
         id="search",
     ),
     pytest.param(
         "find dashboard sales in staging",
         ("search_dashboards", {"search": "sales", "environment": "staging"}),
-        marks=later(FREE_TEXT),
         id="search-in-environment",
     ),
     pytest.param(
         "back up staging",
         ("run_backup", {"environment": "staging"}),
-        marks=later(FREE_TEXT),
         id="backup",
     ),
     pytest.param(
         "deploy 12 to prod",
         ("deploy_dashboard", {"dashboard": "12", "target": "prod"}),
-        marks=later(f"{BARE_NUMBER}; {FREE_TEXT}"),
         id="deploy",
     ),
     pytest.param(
         f"what's the status of task {TASK}",
         ("get_task_status", {"task_id": uuid.UUID(TASK)}),
-        marks=later(BARE_UUID),
         id="task-status",
     ),
     pytest.param("health summary", ("get_health_summary", {}), id="health"),
     pytest.param(
         "create branch feature-x",
         ("create_branch", {"name": "feature-x"}),
-        marks=later(FREE_TEXT),
         id="create-branch",
     ),
     pytest.param(
         "commit staging",
         ("commit_changes", {"environment": "staging"}),
-        marks=later(FREE_TEXT),
         id="commit",
     ),
     pytest.param(
         "document dashboard 3",
         ("run_llm_documentation", {"dashboard": "3"}),
-        marks=later(BARE_NUMBER),
         id="document",
     ),
     pytest.param(
         "validate dashboards",
-        ("run_llm_validation", {"target": "dashboards.Dashboard"}),
-        marks=later(RESOURCE_TARGET),
+        ("run_llm_validation", {"target": "dashboards"}),  # a RESOURCES name
         id="validate",
     ),
     pytest.param(
         "migrate dashboards from dev to staging dry_run=true",
         ("execute_migration", {"source": "dev", "target": "staging", "dry_run": True}),
-        marks=later(FREE_TEXT),
         id="migrate",
     ),
 ]
@@ -256,13 +223,6 @@ def test_a_session_of_messages_as_the_operator(
     assert health["data"]["jobs"]["queued"] == 0
 
 
-CHAT_UUID = (
-    "assistant bug: Turn.call (assistant/chat.py) json.dumps the planned entities without an "
-    "encoder, so a UUID the keyword planner parsed (task_id) fails the whole turn"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=CHAT_UUID)
 def test_asking_for_a_tasks_status_in_the_chat(
     world: World, django_capture_on_commit_callbacks: Any
 ) -> None:

@@ -52,8 +52,74 @@ def _parse(entity: Entity, text: str) -> Any:
         return text  # dispatch reports the bad value as invalid_entities
 
 
+UUID_RE = re.compile(
+    r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"
+)
+# Words that join values ("deploy 12 *to* prod") or only make the sentence polite.
+CONNECTORS = frozenset(
+    [
+        "to",
+        "from",
+        "in",
+        "into",
+        "on",
+        "onto",
+        "of",
+        "for",
+        "with",
+        "and",
+        "the",
+        "a",
+        "an",
+        "at",
+        "by",
+        "as",
+        "please",
+        "can",
+        "could",
+        "would",
+        "you",
+        "me",
+        "my",
+        "our",
+        "us",
+        "is",
+        "are",
+        "be",
+        "it",
+        "its",
+        "this",
+        "that",
+        "these",
+        "those",
+        "which",
+        "what",
+        "what's",
+        "whats",
+        "show",
+        "tell",
+        "give",
+        "let's",
+        "lets",
+        "i",
+        "i'd",
+        "i'm",
+    ]
+)
+WORD_RE = re.compile(r"[\w][\w.:/@+-]*")
+
+
+def _is_uuid(entity: Entity) -> bool:
+    return entity.schema.get("format") == "uuid"
+
+
 def extract_entities(text: str, tool: AssistantTool) -> dict[str, Any]:
-    """``key=value`` pairs first, then quoted strings, bare numbers and booleans by declared type."""
+    """Fill the tool's entities from a message, most explicit first.
+
+    ``key=value`` pairs, then quoted strings (in declaration order), UUIDs, bare numbers
+    (integer entities, else the next free text entity), booleans, and finally the plain words
+    left once the tool's own phrase and connecting words are set aside ("deploy 12 to prod").
+    """
     found: dict[str, Any] = {}
     for match in PAIR_RE.finditer(text):
         key = match["key"]
@@ -73,16 +139,60 @@ def extract_entities(text: str, tool: AssistantTool) -> dict[str, Any]:
                 return True
         return False
 
+    def fill_text(value: str) -> bool:
+        for entity in free:
+            if entity.name in found or _is_uuid(entity) or entity.kind not in ("string", "enum"):
+                continue
+            try:
+                found[entity.name] = entity.parse_text(value)
+            except ValueError:
+                continue
+            return True
+        return False
+
+    def fill_uuid(value: str) -> bool:
+        for entity in free:
+            if _is_uuid(entity) and entity.name not in found:
+                found[entity.name] = _parse(entity, value)
+                return True
+        return False
+
     for match in QUOTED_RE.finditer(rest):
-        fill(("string", "enum"), match[1] if match[1] is not None else match[2])
+        quoted = match[1] if match[1] is not None else match[2]
+        if not (UUID_RE.fullmatch(quoted.strip()) and fill_uuid(quoted.strip())):
+            fill_text(quoted)
     rest = QUOTED_RE.sub(" ", rest)
+    for match in UUID_RE.finditer(rest):
+        fill_uuid(match.group())
+    rest = UUID_RE.sub(" ", rest)
     for match in NUMBER_RE.finditer(rest):
         number = match.group()
-        if "." in number or not fill(("integer",), number):
-            fill(("number",), number)
+        if "." in number:
+            fill(("number",), number) or fill_text(number)
+        elif not fill(("integer",), number) and not fill(("number",), number):
+            fill_text(number)
+    rest = NUMBER_RE.sub(" ", rest)
     for match in BOOL_RE.finditer(rest):
         fill(("boolean",), match.group())
+    rest = BOOL_RE.sub(" ", rest)
+    for value in _plain_values(rest, tool):
+        fill_text(value)
     return found
+
+
+def _plain_values(text: str, tool: AssistantTool) -> list[str]:
+    """The words a message has left once the tool's phrase and connecting words are gone."""
+    lowered = " ".join(text.split())
+    for phrase in sorted(_phrases(tool), key=len, reverse=True):
+        match = re.search(rf"(?<!\w){re.escape(phrase)}(?!\w)", lowered, re.IGNORECASE)
+        if match:
+            lowered = lowered[: match.start()] + " " + lowered[match.end() :]
+            break
+    return [
+        word
+        for word in WORD_RE.findall(lowered)
+        if word.lower() not in CONNECTORS and word.lower() not in tool.operation.split("_")
+    ]
 
 
 def plan(text: str, user: Any, site: ToolRegistry = registry, session: Any = None) -> list[Intent]:
