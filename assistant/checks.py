@@ -8,6 +8,7 @@ from typing import Any
 from django.apps import apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
+from django.db import DatabaseError
 
 from .conf import DEFAULTS
 from .permissions import permission_for
@@ -175,3 +176,35 @@ def _permission_errors(
                 obj=tool.handler,
                 id="assistant.E005",
             )
+
+
+@register("database")
+def check_validation_rules(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """assistant.E007: validation tasks naming rules no code registers (``check --database``)."""
+    if not databases:
+        return []
+    from .models import ValidationTask
+    from .validation import rules
+
+    errors: list[CheckMessage] = []
+    for alias in databases:
+        try:
+            tasks = list(ValidationTask.objects.using(alias).only("pk", "name", "rules"))
+        except DatabaseError:
+            continue  # not migrated yet (migrate runs database checks first)
+        for task in tasks:
+            for entry in task.rules or []:
+                name = entry.get("name") if isinstance(entry, dict) else entry
+                if name not in rules:
+                    errors.append(
+                        Error(
+                            f"Validation task {task.pk} ({task.name!r}) runs rule {name!r}, "
+                            "which no installed app registers.",
+                            hint="Register it with @validation_rule, or edit the task's rules.",
+                            obj=task,
+                            id="assistant.E007",
+                        )
+                    )
+    return errors

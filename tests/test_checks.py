@@ -320,3 +320,23 @@ def test_check_ids_are_not_reused_for_different_problems(site):
         "bad_codename": "assistant.E005",
         "bad_model": "assistant.E006",
     }
+
+
+@pytest.mark.django_db
+def test_a_validation_task_naming_an_unregistered_rule_is_e007():
+    from django.contrib.contenttypes.models import ContentType
+
+    from assistant.checks import check_validation_rules
+    from assistant.models import ValidationTask
+    from tests.testapp.models import Order
+
+    task = ValidationTask.objects.create(
+        name="stale",
+        target_type=ContentType.objects.get_for_model(Order),
+        rules=[{"name": "llm_review", "options": {}}, {"name": "gone_rule", "options": {}}],
+    )
+
+    assert check_validation_rules(databases=None) == []
+    errors = check_validation_rules(databases=["default"])
+    assert [(error.id, error.obj) for error in errors] == [("assistant.E007", task)]
+    assert "'gone_rule'" in errors[0].msg
