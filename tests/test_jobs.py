@@ -670,6 +670,8 @@ def test_cancelling_a_running_job_stops_it_within_a_few_seconds(
     job.refresh_from_db()
     assert (job.status, job.error) == ("cancelled", "Cancelled by the user.")
     assert took < 5, f"the job stopped {took:.1f} s after the cancel"
+    # The row is finished first; the worker then appends the message in its own transaction.
+    eventually(lambda: conversation_texts(conversation), timeout=10, what="the message")
     assert conversation_texts(conversation) == [("assistant", "start_job was cancelled.")]
     assert worker.poll() is None, "the worker lives on for the next job"
 
