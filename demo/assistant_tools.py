@@ -115,6 +115,9 @@ class DemoDatabase(SQLInspector):
 
     name = "demo_database"
     database = "default"
+    # One connection per server process, not one per open chat: a session-scoped inspector
+    # would hold a database connection for every socket (and exhaust max_connections).
+    scope = "process"
 
 
 @assistant_tool(
