@@ -132,6 +132,7 @@ ASSISTANT = {
     "PLANNER": os.environ.get("ASSISTANT_PLANNER", "keywords"),
     # with Redis, replay after a reconnect works across server processes
     "EVENT_LOG": REDIS_URL,
+    "MAX_CONCURRENT_TURNS": int(os.environ.get("ASSISTANT_MAX_CONCURRENT_TURNS", "32")),
     "LLM": {
         "BASE_URL": os.environ.get("ASSISTANT_LLM_BASE_URL"),
         "MODEL": os.environ.get("ASSISTANT_LLM_MODEL", "gpt-4o-mini"),
