@@ -156,3 +156,30 @@ def asgi_live_server(transactional_db: None) -> Any:
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     thread.join(timeout=10)
+
+
+@pytest.fixture
+def browser(asgi_live_server: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Debian's chromium through Playwright; skipped without it unless services are required."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from tests.browsing import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, WAIT
+
+    if not CHROMIUM.exists():
+        reason = f"needs Debian's chromium at {CHROMIUM} (apt-get install chromium)"
+        if REQUIRE_SERVICES:
+            pytest.fail(f"ASSISTANT_REQUIRE_SERVICES=1: {reason}")
+        pytest.skip(reason)
+    # Playwright's sync API keeps an event loop running in this thread; the test's ORM calls are sync.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    expect.set_options(timeout=WAIT)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+            # With that loop running, Django keeps this thread's ORM calls on connections of their
+            # own (asgiref's thread-critical Local); close them while they are still reachable.
+            connections.close_all()

@@ -3,58 +3,20 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connections
 from django.test import Client
-from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from assistant.models import AuditEntry, Message
+from tests.browsing import ARTIFACTS, WAIT
 from tests.testapp.models import Order
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-]
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "browser"
-WAIT = 10_000  # ms: the longest any step may take before the test fails
 PHONE = {"width": 390, "height": 844}
-
-
-@pytest.fixture
-def browser(asgi_live_server: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Browser]:
-    """Debian's chromium (never a downloaded one); skipped without it unless services are required."""
-    if not CHROMIUM.exists():
-        reason = f"needs Debian's chromium at {CHROMIUM} (apt-get install chromium)"
-        if os.environ.get("ASSISTANT_REQUIRE_SERVICES") == "1":
-            pytest.fail(f"ASSISTANT_REQUIRE_SERVICES=1: {reason}")
-        pytest.skip(reason)
-    # Playwright's sync API keeps an event loop running in this thread; the test's ORM calls are sync.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    expect.set_options(timeout=WAIT)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
-            # With that loop running, Django keeps this thread's ORM calls on connections of their
-            # own (asgiref's thread-critical Local); close them while they are still reachable.
-            connections.close_all()
 
 
 @pytest.fixture

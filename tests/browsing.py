@@ -1,0 +1,19 @@
+"""What every browser test shares: Debian's chromium (never a downloaded one) and where pictures go."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "browser"
+WAIT = 10_000  # ms: the longest any step may take before the test fails
