@@ -36,7 +36,7 @@ class Command(BaseCommand):
             group, _ = Group.objects.get_or_create(name=name)
             group.permissions.set([_permission(label) for label in perms])
         User = get_user_model()
-        self.stdout.write("Demo users (sign in at http://127.0.0.1:8000/):")
+        self.stdout.write("Demo users (sign in on the demo's home page):")
         for username, password, staff, superuser, group in DEMO_USERS:
             user, _ = User._default_manager.get_or_create(username=username)
             user.is_staff, user.is_superuser, user.is_active = staff, superuser, True
