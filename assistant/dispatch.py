@@ -245,11 +245,12 @@ class _Call:
         self.instance: Any = None
 
     def check(self) -> Outcome | None:
-        """Look up and validate; an Outcome means the call stops here."""
-        try:
-            self.tool = self.site.get(self.operation)
-        except UnknownOperation as exc:
-            return self.stop(Decision.UNKNOWN, exc)
+        """Look up (unless the caller already did) and validate; an Outcome stops the call."""
+        if self.tool is None:
+            try:
+                self.tool = self.site.get(self.operation)
+            except UnknownOperation as exc:
+                return self.stop(Decision.UNKNOWN, exc)
         try:
             self.values = self.tool.validate(self.raw)
         except InvalidEntities as exc:
@@ -441,6 +442,15 @@ async def _run_async(call: _Call, confirmed: bool) -> Outcome:
         assert call.cancel is not None
         call.cancel.cancel()  # a sync handler in its thread sees its token fire
         return _timed_out(call)
+    except asyncio.CancelledError:
+        # The run was stopped while the handler ran: the audit still says so.
+        outcome = call.finish(
+            Decision.CANCELLED,
+            error=Cancelled("Stopped while running."),
+            error_summary="stopped while running",
+        )
+        await asyncio.shield(_aaudited(call, outcome))
+        raise DispatchCancelled(outcome) from None
     except Exception as exc:
         return call.failed(exc)
     return call.finished(value, confirmed)
@@ -544,17 +554,18 @@ async def adispatch(
             session=session,
         )
     call = _Call(operation, entities, user, conversation, source, request_ip, site, cancel, session)
+    call.tool = tool
     outcome = call.check()
     if outcome is None:
         call.access = await aaccess_for(call.user)
         outcome = call.authorize()
-        if outcome is None and call.tool.object_check is not None:  # type: ignore[union-attr]
+        if outcome is None and tool.object_check is not None:
             outcome = await sync_to_async(call.authorize_instance)()
     if outcome is None:
-        if call.tool.requires_confirmation:  # type: ignore[union-attr]
+        if tool.requires_confirmation:
             outcome = await sync_to_async(call.open_action)()
         else:
-            outcome = await _run_cancellable(call, confirmed=False)
+            outcome = await _run_async(call, confirmed=False)
     return await _aaudited(call, outcome)
 
 
@@ -599,7 +610,7 @@ async def _adispatch_toolset(
             if call.tool.requires_confirmation:  # type: ignore[union-attr]
                 outcome = await sync_to_async(call.open_action)()
             else:
-                outcome = await _run_cancellable(call, confirmed=False)
+                outcome = await _run_async(call, confirmed=False)
         return await _aaudited(call, outcome)
     finally:
         if own:
@@ -638,20 +649,6 @@ async def _in_one_hop(function: Any, *args: Any, **kwargs: Any) -> Outcome:
     except asyncio.CancelledError:
         # A thread cannot be interrupted: the handler sees its token and returns early.
         outcome: Outcome = await future
-        raise DispatchCancelled(outcome) from None
-
-
-async def _run_cancellable(call: _Call, confirmed: bool) -> Outcome:
-    """Await the handler; if the run is stopped meanwhile, the audit still says so."""
-    try:
-        return await _run_async(call, confirmed)
-    except asyncio.CancelledError:
-        outcome = call.finish(
-            Decision.CANCELLED,
-            error=Cancelled("Stopped while running."),
-            error_summary="stopped while running",
-        )
-        await asyncio.shield(_aaudited(call, outcome))
         raise DispatchCancelled(outcome) from None
 
 
@@ -767,7 +764,7 @@ async def _aconfirm(
         own = session is None
         call.session = session if session is not None else new_session()
         try:
-            outcome = await _ready(call) or await _run_cancellable(call, confirmed=True)
+            outcome = await _ready(call) or await _run_async(call, confirmed=True)
             return await _aaudited(call, outcome)
         finally:
             if own:
@@ -775,7 +772,7 @@ async def _aconfirm(
     if outcome is None:
         if call.tool is not None and not call.tool.is_async:
             return await _in_one_hop(_run_and_audit, call)
-        outcome = await _run_cancellable(call, confirmed=True)
+        outcome = await _run_async(call, confirmed=True)
     return await _aaudited(call, outcome)
 
 
