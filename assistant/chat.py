@@ -21,7 +21,7 @@ from .dispatch import (
     acancel_action,
     aconfirm_action,
     adispatch,
-    jsonable,
+    redacted,
 )
 from .exceptions import ActionNotFound, AssistantError, ConversationNotFound, InvalidMessage
 from .lifecycle import CancellationToken, ToolSession, new_session
@@ -31,7 +31,6 @@ from .registry import ToolRegistry, registry
 from .runner import Publisher, keep, lane, loop_state
 
 logger = logging.getLogger("assistant.chat")
-NOTHING_TO_DO = "I could not find anything to do with that. Ask “what can you do?” to see my tools."
 TURN_FAILED = (
     "Sorry, something went wrong while answering; your message is saved. Please try again."
 )
@@ -90,11 +89,6 @@ def tool_call_record(outcome: Outcome, tool_call_id: str | None = None) -> dict[
         "audit_id": outcome.audit_id,
         "pending_action": str(outcome.pending_action.pk) if outcome.pending_action else None,
     }
-
-
-def reply_text(outcomes: list[Outcome]) -> str:
-    texts = [outcome.text for outcome in outcomes if outcome.text]
-    return "\n\n".join(texts) if texts else NOTHING_TO_DO
 
 
 def redact_message(message: Message, intents: list[Any], site: ToolRegistry) -> None:
@@ -208,8 +202,8 @@ class Turn:
         """Dispatch one intent (the only door) and stream the call and its result."""
         tool_call_id = tool_call_id or f"call_{uuid.uuid4().hex[:16]}"
         if not announced:
-            shown = self._shown_entities(operation, entities)
-            await self.announce_call(tool_call_id, operation, json.dumps(jsonable(shown)))
+            shown = redacted(operation, entities, self.site)
+            await self.announce_call(tool_call_id, operation, json.dumps(shown))
         try:
             outcome = await adispatch(
                 operation,
@@ -227,18 +221,6 @@ class Turn:
             raise
         await self.record(outcome, tool_call_id)
         return outcome
-
-    def visible_tools(self) -> list[Any]:
-        """The tools this turn may offer: the user's, minus toolsets that failed in this session."""
-        return self.site.visible_tools(self.user, self.session)
-
-    def _shown_entities(self, operation: str, entities: Any) -> Any:
-        if not isinstance(entities, dict):
-            # Unparseable arguments may hold anything, a secret included: never show them.
-            return {} if not entities else {"entities": assistant_settings.REDACTED}
-        if operation in self.site:
-            return self.site.get(operation).redact(entities, assistant_settings.REDACTED)
-        return dict.fromkeys(entities, assistant_settings.REDACTED)
 
     async def record(self, outcome: Outcome, tool_call_id: str) -> None:
         """Remember an outcome and stream its result (and any approval it waits for)."""
@@ -388,8 +370,6 @@ async def run_started_turn(turn: Turn, work: Work | None = None) -> TurnResult:
     message = await execute(turn, work or planner_for(turn))
     if turn.session is not None and turn.session.closed:
         await turn.session.stop()  # its connection closed while this turn was still running
-    if turn.user_message is not None:
-        await sync_to_async(turn.user_message.refresh_from_db)(fields=["text"])
     return TurnResult(
         conversation=turn.conversation,
         user_message=turn.user_message,

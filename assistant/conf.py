@@ -87,9 +87,6 @@ class AssistantSettings:
         configured = self.LLM
         return {**LLM_DEFAULTS, **(configured if isinstance(configured, dict) else {})}
 
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self._merged())
-
     def reload(self) -> None:
         self._cache = None
 

@@ -20,6 +20,7 @@ from .chat import (
     launch_message,
 )
 from .conf import assistant_settings
+from .dispatch import redacted
 from .eventlog import event_log
 from .exceptions import AssistantError
 from .jobs import cancel_job
@@ -230,14 +231,12 @@ class AssistantConsumer(AsyncWebsocketConsumer):
 
 
 def _waiting_actions(user: Any) -> list[dict[str, Any]]:
-    from .api.serializers import redacted_entities
-
     return [
         {
             "id": str(action.pk),
             "operation": action.operation,
             "summary": action.summary,
-            "entities": redacted_entities(action.operation, action.entities),
+            "entities": redacted(action.operation, action.entities),
             "conversation": str(action.conversation_id) if action.conversation_id else None,
             "expires_at": action.expires_at.isoformat(),
         }

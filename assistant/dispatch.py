@@ -114,6 +114,12 @@ def audit_entities(tool: AssistantTool | None, raw: Any) -> dict[str, Any]:
     return jsonable(visible)
 
 
+def redacted(operation: Any, entities: Any, site: ToolRegistry = registry) -> dict[str, Any]:
+    """Entities as they may be shown (chat, API) — the same view the audit stores."""
+    tool = site._tools.get(operation) if isinstance(operation, str) else None
+    return audit_entities(tool, entities)
+
+
 def write_audit(call: _Call, outcome: Outcome) -> int:
     """Append one audit entry for a finished call: the single place the trail is written."""
     user = call.user if call.user is not None and call.user.is_authenticated else None

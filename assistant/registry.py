@@ -390,10 +390,6 @@ class ToolRegistry:
             return [tool.anthropic_spec() for tool in tools]
         return [tool.openai_spec() for tool in tools]
 
-    def tools_by_module(self, modules: Iterable[str]) -> list[AssistantTool]:
-        wanted = set(modules)
-        return [tool for tool in self._tools.values() if tool.module in wanted]
-
 
 registry = ToolRegistry()
 

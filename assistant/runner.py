@@ -19,6 +19,7 @@ from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from channels.layers import get_channel_layer
 from django.db import close_old_connections
 
+from . import events
 from .conf import assistant_settings
 from .eventlog import event_log
 
@@ -268,7 +269,7 @@ class JobRelay:
                 continue
             publisher = Publisher(str(job.conversation_id))
             if fresh:
-                publisher.put(_frame(events_custom("assistant.job", event), job.conversation_id))
+                publisher.put(_frame(events.custom("assistant.job", event), job.conversation_id))
             if announce:
                 for frame in _message_frames(message):
                     publisher.put(frame)
@@ -293,21 +294,11 @@ def _changed_jobs(since: Any) -> tuple[list[Any], dict[Any, Any]]:
     return [(job, job_event(job)) for job in jobs], messages
 
 
-def events_custom(name: str, value: Any) -> Any:
-    from . import events
-
-    return events.custom(name, value)
-
-
 def _frame(event: Any, thread_id: Any) -> dict[str, Any]:
-    from . import events
-
     return events.frame(event, thread_id=str(thread_id), run_id=None)
 
 
 def _message_frames(message: Any) -> list[dict[str, Any]]:
-    from . import events
-
     message_id = str(message.pk)
     thread_id = message.conversation_id
     return [

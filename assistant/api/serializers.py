@@ -6,8 +6,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from ..conf import assistant_settings
-from ..dispatch import Outcome
+from ..dispatch import Outcome, redacted
 from ..models import (
     AuditEntry,
     Conversation,
@@ -18,7 +17,6 @@ from ..models import (
     ValidationRun,
     ValidationTask,
 )
-from ..registry import registry
 
 
 class MessageInput(serializers.Serializer[Any]):
@@ -41,14 +39,6 @@ class ToolSerializer(serializers.Serializer[Any]):
     parameters = serializers.DictField()
 
 
-def redacted_entities(operation: str, entities: dict[str, Any]) -> dict[str, Any]:
-    """Entities safe to show: the tool's sensitive ones (or all, for an unknown tool) redacted."""
-    placeholder = assistant_settings.REDACTED
-    if operation in registry:
-        return registry.get(operation).redact(entities, placeholder)
-    return dict.fromkeys(entities, placeholder)
-
-
 class PendingActionSerializer(serializers.ModelSerializer[PendingAction]):
     entities = serializers.SerializerMethodField()
 
@@ -67,7 +57,7 @@ class PendingActionSerializer(serializers.ModelSerializer[PendingAction]):
         ]
 
     def get_entities(self, action: PendingAction) -> dict[str, Any]:
-        return redacted_entities(action.operation, action.entities)
+        return redacted(action.operation, action.entities)
 
 
 class MessageSerializer(serializers.ModelSerializer[Message]):

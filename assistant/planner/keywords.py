@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from ..chat import Turn
 
 FALLBACK_OPERATION = "show_capabilities"
+NOTHING_TO_DO = "I could not find anything to do with that. Ask “what can you do?” to see my tools."
 PAIR_RE = re.compile(r"""(?P<key>[A-Za-z_][\w-]*)\s*=\s*(?P<value>"[^"]*"|'[^']*'|\S+)""")
 QUOTED_RE = re.compile(r""""([^"]*)"|'([^']*)'""")
 NUMBER_RE = re.compile(r"(?<![\w.-])-?\d+(?:\.\d+)?(?![\w.])")
@@ -226,8 +227,6 @@ class KeywordPlanner:
             await turn.call(intent.operation, intent.entities)
         texts = [outcome.text for outcome in turn.outcomes if outcome.text]
         if not texts:
-            from ..chat import NOTHING_TO_DO
-
             texts = [NOTHING_TO_DO]
         for index, text in enumerate(texts):
             lines = text.splitlines(keepends=True)
