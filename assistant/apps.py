@@ -11,10 +11,11 @@ class AssistantConfig(AppConfig):
     def ready(self) -> None:
         from . import checks, tools, validation  # noqa: F401  (checks, built-in tools and rules)
         from .conf import assistant_settings
-        from .permissions import create_tool_permissions
+        from .permissions import create_tool_permissions, watch_access_changes
         from .registry import registry
 
         post_migrate.connect(create_tool_permissions, sender=self)
+        watch_access_changes()
         if assistant_settings.AUTODISCOVER:
             autodiscover_modules("assistant_tools", register_to=registry)
         registry.freeze()

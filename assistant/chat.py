@@ -26,7 +26,7 @@ from .dispatch import (
 from .exceptions import ActionNotFound, AssistantError, ConversationNotFound, InvalidMessage
 from .lifecycle import CancellationToken, ToolSession, new_session
 from .models import Conversation, Message, PendingAction
-from .permissions import forget_access
+from .permissions import refresh_access
 from .registry import ToolRegistry, registry
 from .runner import Publisher, keep, lane, loop_state
 
@@ -281,9 +281,9 @@ Work = Callable[[Turn], Awaitable[None]]
 async def execute(turn: Turn, work: Work) -> Message:
     """Run ``work`` as one AG-UI run; whatever happens, the run ends stored and announced."""
     loop = asyncio.get_running_loop()
-    forget_access(turn.user)  # a turn, like a request, reads the user's permissions afresh
-    stops = loop_state().stops
-    await stops.register(turn.thread_id, turn.run_id, turn.cancel)
+    refresh_access(turn.user)  # a long-lived user object reloads what may have changed
+    control = loop_state().control
+    await control.register(turn.thread_id, turn.run_id, turn.cancel)
     await turn.emit(events.run_started(turn.thread_id, turn.run_id))
     if turn.user_message is not None:
         await _echo_user_message(turn, turn.user_message)
@@ -309,7 +309,7 @@ async def execute(turn: Turn, work: Work) -> Message:
     try:
         message = await asyncio.shield(turn.finish(status, error))
     finally:
-        await stops.unregister(turn.thread_id, turn.run_id)
+        control.unregister(turn.thread_id, turn.run_id)
         await turn.publisher.close()
     if shutdown:
         raise asyncio.CancelledError

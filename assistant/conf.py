@@ -27,6 +27,10 @@ DEFAULTS: dict[str, Any] = {
     "WEBSOCKET_PATH": "/ws/assistant/",
     # turns running at once in one server process; more wait for a free slot
     "MAX_CONCURRENT_TURNS": 32,
+    # seconds an open chat may reuse what it read of its user's permissions and flags. Changes
+    # made through the ORM (admin, shell, guardian, the API) reach every process at once over
+    # the channel layer; this bounds the rest (queryset.update(), raw SQL). 0: every turn.
+    "ACCESS_MAX_AGE": 60.0,
     # background jobs: the Tasks queue they go to, how often a running job's worker beats, when
     # a silent one counts as dead, and how often web processes relay job progress to the chat
     "JOB_QUEUE": "default",

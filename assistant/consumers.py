@@ -8,6 +8,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.utils.functional import LazyObject, empty
 
 from . import events
 from .chat import (
@@ -43,7 +44,11 @@ class AssistantConsumer(AsyncWebsocketConsumer):
     """Client frames: message, confirm, reject, cancel, resume. Server frames: AG-UI events."""
 
     async def connect(self) -> None:
-        self.user = self.scope.get("user")
+        user = self.scope.get("user")
+        # AuthMiddleware resolved the lazy user already; every turn reads it many times.
+        if isinstance(user, LazyObject) and user._wrapped is not empty:
+            user = user._wrapped
+        self.user = user
         self.watching: dict[str, Conversation] = {}
         self.current: str | None = None
         self.tools: ToolSession | None = None

@@ -75,6 +75,7 @@ class RedisEventLog:
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
             weakref.WeakKeyDictionary()
         )
+        self._append: Any = None
 
     def _client(self) -> Any:
         import redis.asyncio as redis
@@ -94,19 +95,16 @@ class RedisEventLog:
 
     async def append_many(self, thread_id: str, frames: list[dict[str, Any]]) -> int:
         client = self._client()
-        seq_key, frames_key = self._keys(thread_id)
-        last = int(await client.incrby(seq_key, len(frames)))
+        if self._append is None:
+            self._append = client.register_script(APPEND_SCRIPT)
+        payloads = [json.dumps(frame, separators=(",", ":")) for frame in frames]
+        last = int(
+            await self._append(
+                keys=self._keys(thread_id), args=[self.keep, self.ttl, *payloads], client=client
+            )
+        )
         for offset, frame in enumerate(frames):
             frame["seq"] = last - len(frames) + 1 + offset
-        async with client.pipeline(transaction=True) as pipe:
-            pipe.zadd(
-                frames_key,
-                {json.dumps(frame, separators=(",", ":")): frame["seq"] for frame in frames},
-            )
-            pipe.zremrangebyrank(frames_key, 0, -self.keep - 1)
-            pipe.expire(frames_key, self.ttl)
-            pipe.expire(seq_key, self.ttl)
-            await pipe.execute()
         return last
 
     async def since(self, thread_id: str, after: int) -> Replay:
@@ -115,12 +113,36 @@ class RedisEventLog:
         async with client.pipeline(transaction=False) as pipe:
             pipe.get(seq_key)
             pipe.zrange(frames_key, 0, 0, withscores=True)
-            pipe.zrangebyscore(frames_key, f"({after}", "+inf")
+            pipe.zrangebyscore(frames_key, f"({after}", "+inf", withscores=True)
             last, oldest, raw = await pipe.execute()
         last = int(last or 0)
         oldest_seq = int(oldest[0][1]) if oldest else last + 1
-        frames = [json.loads(item) for item in raw]
+        frames = [_stored_frame(member, seq) for member, seq in raw]
         return Replay(frames, after < last and oldest_seq > after + 1, last)
+
+
+# Number a batch, keep it and trim the log in one round trip. A member is "<seq> <json>": the
+# number makes equal frames distinct members and is the frame's "seq" when it is read back.
+APPEND_SCRIPT = """
+local count = #ARGV - 2
+local last = redis.call('INCRBY', KEYS[1], count)
+for i = 1, count do
+    local seq = last - count + i
+    redis.call('ZADD', KEYS[2], seq, seq .. ' ' .. ARGV[i + 2])
+end
+redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -tonumber(ARGV[1]) - 1)
+redis.call('EXPIRE', KEYS[2], ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+return last
+"""
+
+
+def _stored_frame(member: bytes, seq: float) -> dict[str, Any]:
+    # (a member written before numbers were prefixed is the bare JSON)
+    payload = member if member.startswith(b"{") else member.partition(b" ")[2]
+    frame: dict[str, Any] = json.loads(payload)
+    frame["seq"] = int(seq)
+    return frame
 
 
 _log: EventLog | None = None

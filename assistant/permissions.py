@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -9,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 from django.core.signals import setting_changed
+from django.db import transaction
+from django.db.models.signals import m2m_changed, post_delete, post_save
 from django.dispatch import receiver
 from rest_framework.permissions import BasePermission
 
@@ -34,6 +37,8 @@ MODEL_ACTIONS = {
     "DELETE": "delete",
 }
 ACCESS_ATTRIBUTE = "_assistant_access"
+RELOAD_ATTRIBUTE = "_assistant_reload_user"
+USER_FLAGS = ("is_active", "is_superuser")
 
 _required: weakref.WeakKeyDictionary[AssistantTool, tuple[str, ...]] = weakref.WeakKeyDictionary()
 
@@ -82,6 +87,15 @@ class UserAccess:
     superuser: bool
     perms: frozenset[str]
     _object_perms: frozenset[str] | None = field(default=None)
+    generation: int = field(default=0)
+    loaded_at: float = field(default_factory=time.monotonic)
+
+    def is_fresh(self) -> bool:
+        """Nothing changed in this process since it was loaded, and it is younger than the limit."""
+        age = time.monotonic() - self.loaded_at
+        return self.generation == access_generation() and age < float(
+            assistant_settings.ACCESS_MAX_AGE
+        )
 
     def object_perms(self) -> frozenset[str]:
         """Permissions the user holds on at least one object (through django-guardian)."""
@@ -108,6 +122,9 @@ def access_for(user: Any) -> UserAccess:
     access = getattr(user, ACCESS_ATTRIBUTE, None)
     if access is not None:
         return access
+    generation = access_generation()
+    if getattr(user, RELOAD_ATTRIBUTE, False):
+        _reload_flags(user)
     authenticated = bool(user is not None and user.is_authenticated)
     active = authenticated and bool(getattr(user, "is_active", False))
     superuser = active and bool(getattr(user, "is_superuser", False))
@@ -115,7 +132,12 @@ def access_for(user: Any) -> UserAccess:
     if active and not superuser:
         perms = frozenset(user.get_all_permissions())
     access = UserAccess(
-        user=user, authenticated=authenticated, active=active, superuser=superuser, perms=perms
+        user=user,
+        authenticated=authenticated,
+        active=active,
+        superuser=superuser,
+        perms=perms,
+        generation=generation,
     )
     if authenticated:
         setattr(user, ACCESS_ATTRIBUTE, access)
@@ -134,6 +156,92 @@ def forget_access(user: Any) -> None:
     for attribute in (ACCESS_ATTRIBUTE, "_perm_cache", "_user_perm_cache", "_group_perm_cache"):
         if hasattr(user, attribute):
             delattr(user, attribute)
+
+
+def refresh_access(user: Any) -> None:
+    """For a user object that outlives a request (a websocket's): reload what may have changed.
+
+    The snapshot is kept while it is fresh: younger than ``ASSISTANT["ACCESS_MAX_AGE"]`` and
+    no permission, group or user changed since (in this process, or any process reached through
+    the channel layer). Otherwise the next check reads the user's flags and permissions again.
+    """
+    access = getattr(user, ACCESS_ATTRIBUTE, None)
+    if access is not None and access.is_fresh():
+        return
+    forget_access(user)
+    if user is not None and getattr(user, "pk", None) is not None:
+        setattr(user, RELOAD_ATTRIBUTE, True)
+
+
+def _reload_flags(user: Any) -> None:
+    """Read the user's active and superuser flags again (a deleted user counts as inactive)."""
+    delattr(user, RELOAD_ATTRIBUTE)
+    model = user._meta.model
+    concrete = {f.attname for f in model._meta.concrete_fields}
+    flags = [flag for flag in USER_FLAGS if flag in concrete]
+    row = model._default_manager.filter(pk=user.pk).values(*flags).first() if flags else {}
+    if row is None:
+        row = dict.fromkeys(flags, False)
+    for flag, value in row.items():
+        setattr(user, flag, value)
+
+
+_generation = 0
+
+
+def access_generation() -> int:
+    """Bumped whenever permissions, groups or users change: every snapshot older is stale."""
+    return _generation
+
+
+def permissions_changed(*, broadcast: bool = True) -> None:
+    """Make every access snapshot in this process stale, and (by default) in every other one."""
+    global _generation
+    _generation += 1
+    if broadcast:
+        from .runner import broadcast_access_change
+
+        broadcast_access_change()
+
+
+def _on_access_change(sender: Any, **kwargs: Any) -> None:
+    action = kwargs.get("action")
+    if action is not None and not action.startswith("post_"):
+        return  # m2m_changed: only once the change is made
+    update_fields = kwargs.get("update_fields")
+    if update_fields is not None and not set(update_fields) & set(USER_FLAGS):
+        return  # e.g. a login stamping last_login
+    transaction.on_commit(permissions_changed, using=kwargs.get("using"))
+
+
+def watch_access_changes() -> None:
+    """Connect the receivers that make access snapshots stale when permissions change."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group, Permission
+    from guardian.utils import get_group_obj_perms_model, get_user_obj_perms_model
+
+    user_model = get_user_model()
+    for model in (
+        user_model,
+        Group,
+        Permission,
+        get_user_obj_perms_model(),
+        get_group_obj_perms_model(),
+    ):
+        post_save.connect(_on_access_change, sender=model, dispatch_uid=f"assistant.{model}.save")
+        post_delete.connect(
+            _on_access_change, sender=model, dispatch_uid=f"assistant.{model}.delete"
+        )
+    for relation in (
+        getattr(user_model, "groups", None),
+        getattr(user_model, "user_permissions", None),
+        Group.permissions,
+    ):
+        through = getattr(relation, "through", None)
+        if through is not None:
+            m2m_changed.connect(
+                _on_access_change, sender=through, dispatch_uid=f"assistant.{through}.m2m"
+            )
 
 
 def denials(access: UserAccess, tool: AssistantTool, instance: Any = None) -> tuple[str, ...]:

@@ -1,8 +1,8 @@
 """Where turns run: worker lanes, batched publishing of their events, and stop requests.
 
 Per server process and event loop there are ``MAX_CONCURRENT_TURNS`` lanes, each one sync
-thread that keeps its database connection between turns; one channel that receives stop
-requests for every turn running here; and, per turn, a publisher that numbers its frames, keeps
+thread that keeps its database connection between turns; one control channel that receives
+stop requests for every turn running here and news of permission changes; and, per turn, a publisher that numbers its frames, keeps
 them for replay and sends them to the conversation's sockets a burst at a time.
 """
 
@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from asgiref.sync import ThreadSensitiveContext, async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
 from django.db import close_old_connections
 
@@ -34,11 +35,6 @@ RELAY_LOOK_BACK = 5.0  # seconds the job relay re-reads behind its watermark
 def group_name(thread_id: Any) -> str:
     """The channel-layer group every socket watching a conversation joins."""
     return f"assistant.conversation.{thread_id}"
-
-
-def cancel_group_name(thread_id: Any) -> str:
-    """The group of the processes running a turn on this conversation, for stop requests."""
-    return f"assistant.cancel.{thread_id}"
 
 
 class Publisher:
@@ -85,24 +81,44 @@ class Publisher:
             await asyncio.shield(self._task)
 
 
-class StopRequests:
-    """One channel per process receiving stop requests for every turn that runs here."""
+CONTROL_GROUP = "assistant.control"
+CONTROL_REJOIN = 3600.0  # seconds between re-joins (channel layers expire group members)
+PROCESS_ID = uuid.uuid4().hex
+
+
+class Control:
+    """One channel per process (and event loop) in the group every process joins.
+
+    It carries stop requests for the turns running here (a ``cancel`` may reach any process)
+    and news that permissions changed somewhere, so open chats stop trusting their snapshots.
+    Turns register here without a round trip to the channel layer.
+    """
 
     def __init__(self) -> None:
-        self.channel: str | None = None
         self._ready: asyncio.Future[str] | None = None
         self._tokens: dict[str, dict[str, CancellationToken]] = {}
-        self._listener: asyncio.Future[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
 
-    async def _channel(self) -> str:
+    async def start(self) -> None:
+        """Join the control group (once); later calls wait for the first to finish."""
+        layer = get_channel_layer()
+        if layer is None:
+            return
         if self._ready is None:
             self._ready = asyncio.get_running_loop().create_future()
-            layer = get_channel_layer()
-            assert layer is not None
-            channel = await layer.new_channel()
-            self._listener = asyncio.ensure_future(self._listen(channel))
+            try:
+                channel = await layer.new_channel()
+                await layer.group_add(CONTROL_GROUP, channel)
+            except BaseException as exc:
+                self._ready.set_exception(exc)
+                self._ready = None
+                raise
+            self._tasks = [
+                asyncio.ensure_future(self._listen(channel)),
+                asyncio.ensure_future(self._rejoin(channel)),
+            ]
             self._ready.set_result(channel)
-        return await self._ready
+        await self._ready
 
     async def _listen(self, channel: str) -> None:
         layer = get_channel_layer()
@@ -113,34 +129,41 @@ class StopRequests:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                logger.exception("Receiving stop requests failed; retrying")
+                logger.exception("Receiving control messages failed; retrying")
                 await asyncio.sleep(1)
+                continue
+            if message.get("type") == "assistant.access":
+                if message.get("origin") != PROCESS_ID:
+                    from .permissions import permissions_changed
+
+                    permissions_changed(broadcast=False)
                 continue
             runs = self._tokens.get(message.get("thread", ""), {})
             for run_id, token in list(runs.items()):
                 if message.get("run") in (None, run_id):
                     token.cancel()
 
-    async def register(self, thread_id: str, run_id: str, token: CancellationToken) -> None:
-        if get_channel_layer() is None:
-            return
-        channel = await self._channel()
-        runs = self._tokens.setdefault(thread_id, {})
-        first = not runs
-        runs[run_id] = token
-        if first:
-            await get_channel_layer().group_add(cancel_group_name(thread_id), channel)
+    async def _rejoin(self, channel: str) -> None:
+        layer = get_channel_layer()
+        assert layer is not None
+        while True:
+            await asyncio.sleep(CONTROL_REJOIN)
+            try:
+                await layer.group_add(CONTROL_GROUP, channel)
+            except Exception:
+                logger.exception("Re-joining the control group failed; trying again later")
 
-    async def unregister(self, thread_id: str, run_id: str) -> None:
+    async def register(self, thread_id: str, run_id: str, token: CancellationToken) -> None:
+        """Let stop requests for this run reach its token (from this or any other process)."""
+        await self.start()
+        self._tokens.setdefault(thread_id, {})[run_id] = token
+
+    def unregister(self, thread_id: str, run_id: str) -> None:
         runs = self._tokens.get(thread_id)
-        if runs is None:
-            return
-        runs.pop(run_id, None)
-        if not runs:
-            del self._tokens[thread_id]
-            layer = get_channel_layer()
-            if layer is not None and self._ready is not None:
-                await layer.group_discard(cancel_group_name(thread_id), await self._ready)
+        if runs is not None:
+            runs.pop(run_id, None)
+            if not runs:
+                del self._tokens[thread_id]
 
 
 async def request_stop(thread_id: str, run_id: str | None = None) -> None:
@@ -148,13 +171,32 @@ async def request_stop(thread_id: str, run_id: str | None = None) -> None:
     layer = get_channel_layer()
     if layer is not None:
         await layer.group_send(
-            cancel_group_name(thread_id),
-            {"type": "assistant.cancel", "thread": str(thread_id), "run": run_id},
+            CONTROL_GROUP, {"type": "assistant.cancel", "thread": str(thread_id), "run": run_id}
         )
 
 
+def broadcast_access_change() -> None:
+    """Tell the other server processes that permissions changed (a sync caller's twin)."""
+    from channels.layers import InMemoryChannelLayer
+
+    layer = get_channel_layer()
+    if layer is None or isinstance(layer, InMemoryChannelLayer):
+        return  # no other process to tell
+    message = {"type": "assistant.access", "origin": PROCESS_ID}
+    try:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            async_to_sync(layer.group_send)(CONTROL_GROUP, message)
+        else:
+            keep(loop.create_task(layer.group_send(CONTROL_GROUP, message)))
+    except Exception:
+        # Other processes still reload within ASSISTANT["ACCESS_MAX_AGE"] seconds.
+        logger.exception("Telling other processes that permissions changed failed")
+
+
 class _LoopState:
-    """What belongs to one event loop: its lanes and its stop-request channel."""
+    """What belongs to one event loop: its lanes and its control channel."""
 
     def __init__(self, lanes: int) -> None:
         self.lanes: asyncio.Queue[ThreadPoolExecutor] = asyncio.Queue()
@@ -162,7 +204,7 @@ class _LoopState:
             self.lanes.put_nowait(
                 ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"assistant-turn-{index}")
             )
-        self.stops = StopRequests()
+        self.control = Control()
 
 
 _states: dict[asyncio.AbstractEventLoop, _LoopState] = {}

@@ -73,16 +73,25 @@ DATABASES = {
 }
 
 REDIS_URL = os.environ.get("REDIS_URL")
+# Redis between server processes. "pubsub" (the default) delivers a burst of events with one
+# PUBLISH and pushes it to the processes watching; "core" queues each message per socket in
+# Redis (several round trips per message, serialised per process: measured ~40 % more CPU per
+# turn under tests/benchmarks/ws_load.py). A client that misses events either way (a dropped
+# connection) gets them back from the event log when it resumes.
+REDIS_CHANNEL_LAYERS = {
+    "pubsub": "channels_redis.pubsub.RedisPubSubChannelLayer",
+    "core": "channels_redis.core.RedisChannelLayer",
+}
 CHANNEL_LAYERS = {
     "default": (
         {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "BACKEND": REDIS_CHANNEL_LAYERS[os.environ.get("ASSISTANT_CHANNEL_LAYER", "pubsub")],
             "CONFIG": {
                 # redis-py 8 reads with a 5 s socket timeout and caps a pool at 100 connections
-                # by default: the layer's blocking receive must wait, and bursts need room.
+                # by default: a blocking receive must wait, and bursts need room.
                 "hosts": [{"address": REDIS_URL, "socket_timeout": None, "max_connections": 1000}],
-                # every socket of a process shares one queue: 100 (the default) drops events
-                # under load; a dropped event is a reply the user never sees.
+                # (core) every socket of a process shares one queue: 100 (the default) drops
+                # events under load; a dropped event is a reply the user never sees.
                 "capacity": 5000,
             },
         }

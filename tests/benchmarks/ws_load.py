@@ -177,6 +177,15 @@ async def load(
     return elapsed, latencies, runs, len(failures)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far (Linux), or NaN elsewhere."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -195,7 +204,9 @@ def main() -> None:
         sessions = prepare(args.clients)
         port = free_port()
         server = start_server(args.server, port)
+        cpu_before = cpu_seconds(server.pid)
         elapsed, latencies, runs, failed = asyncio.run(load(port, sessions, args.messages))
+        cpu_used = cpu_seconds(server.pid) - cpu_before
 
         from assistant.models import AuditEntry, Message
 
@@ -213,6 +224,10 @@ def main() -> None:
         )
         print(f"  lost or duplicated: {sent - replies} lost, {max(0, replies - sent)} duplicated")
         print(f"  throughput:         {len(latencies) / elapsed:.1f} turns/s over {elapsed:.1f} s")
+        print(
+            f"  server CPU:         {cpu_used / max(1, len(latencies)) * 1000:.1f} ms per turn "
+            f"({cpu_used / elapsed * 100:.0f} % of one core)"
+        )
         if latencies:
             print(
                 "  time to RUN_FINISHED: "
