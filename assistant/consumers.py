@@ -27,6 +27,7 @@ from .exceptions import AssistantError
 from .jobs import cancel_job
 from .lifecycle import ToolSession, bind_process_session, new_session
 from .models import Conversation, Message, PendingAction
+from .permissions import note_read
 from .runner import group_name, job_relay, request_stop
 
 logger = logging.getLogger("assistant.consumers")
@@ -49,6 +50,7 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         if isinstance(user, LazyObject) and user._wrapped is not empty:
             user = user._wrapped
         self.user = user
+        note_read(user)  # turns re-read it once permissions change or it grows old
         self.watching: dict[str, Conversation] = {}
         self.current: str | None = None
         self.tools: ToolSession | None = None

@@ -46,8 +46,9 @@ class Conversation(models.Model):
         return self.title or str(self.id)
 
     def touch(self) -> None:
+        """Mark the conversation as just used (it moves to the top of its user's list)."""
         self.updated_at = timezone.now()
-        self.save(update_fields=["updated_at"])
+        Conversation.objects.filter(pk=self.pk).update(updated_at=self.updated_at)
 
 
 class Message(models.Model):

@@ -38,6 +38,7 @@ MODEL_ACTIONS = {
 }
 ACCESS_ATTRIBUTE = "_assistant_access"
 RELOAD_ATTRIBUTE = "_assistant_reload_user"
+STAMP_ATTRIBUTE = "_assistant_read"  # (generation, monotonic time) the user's access was read at
 USER_FLAGS = ("is_active", "is_superuser")
 
 _required: weakref.WeakKeyDictionary[AssistantTool, tuple[str, ...]] = weakref.WeakKeyDictionary()
@@ -87,15 +88,6 @@ class UserAccess:
     superuser: bool
     perms: frozenset[str]
     _object_perms: frozenset[str] | None = field(default=None)
-    generation: int = field(default=0)
-    loaded_at: float = field(default_factory=time.monotonic)
-
-    def is_fresh(self) -> bool:
-        """Nothing changed in this process since it was loaded, and it is younger than the limit."""
-        age = time.monotonic() - self.loaded_at
-        return self.generation == access_generation() and age < float(
-            assistant_settings.ACCESS_MAX_AGE
-        )
 
     def object_perms(self) -> frozenset[str]:
         """Permissions the user holds on at least one object (through django-guardian)."""
@@ -122,7 +114,7 @@ def access_for(user: Any) -> UserAccess:
     access = getattr(user, ACCESS_ATTRIBUTE, None)
     if access is not None:
         return access
-    generation = access_generation()
+    stamp = (access_generation(), time.monotonic())
     if getattr(user, RELOAD_ATTRIBUTE, False):
         _reload_flags(user)
     authenticated = bool(user is not None and user.is_authenticated)
@@ -137,10 +129,10 @@ def access_for(user: Any) -> UserAccess:
         active=active,
         superuser=superuser,
         perms=perms,
-        generation=generation,
     )
     if authenticated:
         setattr(user, ACCESS_ATTRIBUTE, access)
+        setattr(user, STAMP_ATTRIBUTE, stamp)
     return access
 
 
@@ -158,24 +150,35 @@ def forget_access(user: Any) -> None:
             delattr(user, attribute)
 
 
+def note_read(user: Any) -> None:
+    """Record that this user object was just read from the database (say, when a socket opens)."""
+    if user is not None and getattr(user, "pk", None) is not None:
+        setattr(user, STAMP_ATTRIBUTE, (access_generation(), time.monotonic()))
+
+
 def refresh_access(user: Any) -> None:
     """For a user object that outlives a request (a websocket's): reload what may have changed.
 
-    The snapshot is kept while it is fresh: younger than ``ASSISTANT["ACCESS_MAX_AGE"]`` and
-    no permission, group or user changed since (in this process, or any process reached through
-    the channel layer). Otherwise the next check reads the user's flags and permissions again.
+    What was read is kept while it is fresh: no permission, group or user changed since (in
+    this process, or in any process reached through the channel layer) and it is younger than
+    ``ASSISTANT["ACCESS_MAX_AGE"]``. Otherwise the next check reads the user's flags and
+    permissions again. A user object with no such record (a request's) is left as it is.
     """
-    access = getattr(user, ACCESS_ATTRIBUTE, None)
-    if access is not None and access.is_fresh():
+    stamp = getattr(user, STAMP_ATTRIBUTE, None)
+    if stamp is None:
+        return
+    generation, read_at = stamp
+    max_age = float(assistant_settings.ACCESS_MAX_AGE)
+    if generation == access_generation() and time.monotonic() - read_at < max_age:
         return
     forget_access(user)
-    if user is not None and getattr(user, "pk", None) is not None:
-        setattr(user, RELOAD_ATTRIBUTE, True)
+    setattr(user, RELOAD_ATTRIBUTE, True)
 
 
 def _reload_flags(user: Any) -> None:
     """Read the user's active and superuser flags again (a deleted user counts as inactive)."""
     delattr(user, RELOAD_ATTRIBUTE)
+    delattr(user, STAMP_ATTRIBUTE)
     model = user._meta.model
     concrete = {f.attname for f in model._meta.concrete_fields}
     flags = [flag for flag in USER_FLAGS if flag in concrete]
