@@ -2,8 +2,9 @@
 
 Per server process and event loop there are ``MAX_CONCURRENT_TURNS`` lanes, each one sync
 thread that keeps its database connection between turns; one control channel that receives
-stop requests for every turn running here and news of permission changes; and, per turn, a publisher that numbers its frames, keeps
-them for replay and sends them to the conversation's sockets a burst at a time.
+stop requests for every turn running here and news of permission changes; and, per turn, a
+publisher that numbers its frames, keeps them for replay and sends them to the
+conversation's sockets a burst at a time.
 """
 
 from __future__ import annotations
