@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from channels.db import aclose_old_connections
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.utils.functional import LazyObject, empty
 
@@ -85,6 +86,8 @@ class AssistantConsumer(AsyncWebsocketConsumer):
             handler = getattr(self, f"on_{content['type']}", None)
             if handler is None:
                 raise FrameError(f"Unknown frame type {content['type']!r}.", code="unknown_type")
+            if content["type"] != "message":
+                await aclose_old_connections()
             await handler(content)
         except AssistantError as exc:
             await self.send_error(exc.code, exc.message)
@@ -215,6 +218,17 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         await self.send_frame(events.frame(marker, thread_id=thread_id, run_id=None))
 
     # -- channel-layer messages ----------------------------------------------------------------
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        # Channels hops to a thread to close stale database connections before every message,
+        # as a request would. Bursts of events only send, and frames close them only when they
+        # touch the database here (a turn's lane does its own): one hop less per message.
+        if message["type"] == "assistant.events":
+            await self.assistant_events(message)
+        elif message["type"] == "websocket.receive":
+            await self.websocket_receive(message)
+        else:
+            await super().dispatch(message)
 
     async def assistant_events(self, message: dict[str, Any]) -> None:
         for frame in message["frames"]:

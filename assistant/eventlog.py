@@ -97,10 +97,13 @@ class RedisEventLog:
         client = self._client()
         if self._append is None:
             self._append = client.register_script(APPEND_SCRIPT)
-        payloads = [json.dumps(frame, separators=(",", ":")) for frame in frames]
+        # one argument for the whole burst: compact JSON never holds a raw newline
+        payload = "\n".join(json.dumps(frame, separators=(",", ":")) for frame in frames)
         last = int(
             await self._append(
-                keys=self._keys(thread_id), args=[self.keep, self.ttl, *payloads], client=client
+                keys=self._keys(thread_id),
+                args=[self.keep, self.ttl, len(frames), payload],
+                client=client,
             )
         )
         for offset, frame in enumerate(frames):
@@ -124,11 +127,12 @@ class RedisEventLog:
 # Number a batch, keep it and trim the log in one round trip. A member is "<seq> <json>": the
 # number makes equal frames distinct members and is the frame's "seq" when it is read back.
 APPEND_SCRIPT = """
-local count = #ARGV - 2
+local count = tonumber(ARGV[3])
 local last = redis.call('INCRBY', KEYS[1], count)
-for i = 1, count do
-    local seq = last - count + i
-    redis.call('ZADD', KEYS[2], seq, seq .. ' ' .. ARGV[i + 2])
+local seq = last - count
+for frame in string.gmatch(ARGV[4], '[^\\n]+') do
+    seq = seq + 1
+    redis.call('ZADD', KEYS[2], seq, seq .. ' ' .. frame)
 end
 redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -tonumber(ARGV[1]) - 1)
 redis.call('EXPIRE', KEYS[2], ARGV[2])
