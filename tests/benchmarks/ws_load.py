@@ -2,9 +2,10 @@
 
 Run: ``.venv/bin/python tests/benchmarks/ws_load.py [--clients 200] [--messages 5]``
 It needs PostgreSQL (127.0.0.1:5432) and Redis (127.0.0.1:6379): it creates a scratch database,
-serves config.asgi with daphne (or --server uvicorn) on 127.0.0.1, sends every message as a
-keyword-planner turn running a safe tool, and prints throughput, p50/p95/p99 time to
-RUN_FINISHED and turns stored versus sent. Target (issue #3): 200 x 5 on one server process with
+serves config.asgi with daphne (or --server uvicorn) on 127.0.0.1 over channels-redis (the
+pub/sub layer, or --layer core), sends every message as a keyword-planner turn running a safe
+tool (each client sends its next message when the last run finished), and prints throughput,
+the server's CPU time per turn, p50/p95/p99 time to RUN_FINISHED and turns stored versus sent. Target (issue #3): 200 x 5 on one server process with
 no lost or duplicated turn and p95 under 1 s.
 """
 
@@ -196,7 +197,11 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=200)
     parser.add_argument("--messages", type=int, default=5)
     parser.add_argument("--server", choices=["daphne", "uvicorn"], default="daphne")
+    parser.add_argument(
+        "--layer", choices=["pubsub", "core"], default="pubsub", help="the channels-redis layer"
+    )
     args = parser.parse_args()
+    os.environ["ASSISTANT_CHANNEL_LAYER"] = args.layer
 
     recreate_database()
     server = None
@@ -215,7 +220,8 @@ def main() -> None:
         replies = Message.objects.filter(role="assistant", status="complete").count()
         audits = AuditEntry.objects.filter(decision="executed").count()
         print(
-            f"[ws_load: {args.clients} clients x {args.messages} messages, one {args.server} process]"
+            f"[ws_load: {args.clients} clients x {args.messages} messages, "
+            f"one {args.server} process, channels-redis {args.layer} layer]"
         )
         print(f"  turns finished:     {len(latencies)} of {sent} sent ({failed} clients failed)")
         print(f"  distinct runs:      {len(runs)}")
