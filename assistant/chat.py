@@ -31,6 +31,7 @@ from .registry import ToolRegistry, registry
 from .runner import Publisher, keep, lane, loop_state
 
 logger = logging.getLogger("assistant.chat")
+MESSAGE_NOT_STORED = "Sorry, your message could not be saved. Please try again."
 TURN_FAILED = (
     "Sorry, something went wrong while answering; your message is saved. Please try again."
 )
@@ -405,6 +406,11 @@ async def _message_in_lane(
             conversation, message = await sync_to_async(start_turn)(user, text, conversation)
         except AssistantError as exc:
             await on_refused(exc)
+            return None
+        except Exception:
+            # (say, the user or the conversation was deleted meanwhile): nothing was stored
+            logger.exception("Storing a message failed")
+            await on_refused(AssistantError(MESSAGE_NOT_STORED, code="message_not_stored"))
             return None
         await on_started(conversation)
         turn = Turn(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 import weakref
 from collections.abc import Iterable
@@ -176,9 +177,11 @@ def refresh_access(user: Any) -> None:
 
 
 def _reload_flags(user: Any) -> None:
-    """Read the user's active and superuser flags again (a deleted user counts as inactive)."""
-    delattr(user, RELOAD_ATTRIBUTE)
-    delattr(user, STAMP_ATTRIBUTE)
+    """Read the user's active and superuser flags again (a deleted user counts as inactive).
+
+    Two turns of one socket may get here at once: the mark goes only once the flags are set,
+    so a second turn either reads them too or finds them already read.
+    """
     model = user._meta.model
     concrete = {f.attname for f in model._meta.concrete_fields}
     flags = [flag for flag in USER_FLAGS if flag in concrete]
@@ -187,6 +190,8 @@ def _reload_flags(user: Any) -> None:
         row = dict.fromkeys(flags, False)
     for flag, value in row.items():
         setattr(user, flag, value)
+    with contextlib.suppress(AttributeError):  # the other turn was quicker
+        delattr(user, RELOAD_ATTRIBUTE)
 
 
 _generation = 0

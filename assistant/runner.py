@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import uuid
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
@@ -84,7 +85,15 @@ class Publisher:
 
 CONTROL_GROUP = "assistant.control"
 CONTROL_REJOIN = 3600.0  # seconds between re-joins (channel layers expire group members)
-PROCESS_ID = uuid.uuid4().hex
+_process: tuple[int, str] = (0, "")
+
+
+def process_id() -> str:
+    """This process's name in control messages (a worker forked after import gets its own)."""
+    global _process
+    if _process[0] != os.getpid():
+        _process = (os.getpid(), uuid.uuid4().hex)
+    return _process[1]
 
 
 class Control:
@@ -134,7 +143,7 @@ class Control:
                 await asyncio.sleep(1)
                 continue
             if message.get("type") == "assistant.access":
-                if message.get("origin") != PROCESS_ID:
+                if message.get("origin") != process_id():
                     from .permissions import permissions_changed
 
                     permissions_changed(broadcast=False)
@@ -183,7 +192,7 @@ def broadcast_access_change() -> None:
     layer = get_channel_layer()
     if layer is None or isinstance(layer, InMemoryChannelLayer):
         return  # no other process to tell
-    message = {"type": "assistant.access", "origin": PROCESS_ID}
+    message = {"type": "assistant.access", "origin": process_id()}
     try:
         try:
             loop = asyncio.get_running_loop()

@@ -11,6 +11,9 @@ from asgiref.sync import SyncToAsync
 from django.contrib.auth.models import Group, Permission
 from django.db import connection, connections
 
+from tests.channel_layers import REDIS_CHANNEL_LAYERS
+from tests.channel_layers import redis_channel_layer as redis_channel_layer_config
+
 REQUIRE_SERVICES = os.environ.get("ASSISTANT_REQUIRE_SERVICES") == "1"
 
 
@@ -101,26 +104,20 @@ def _requires_redis(request: pytest.FixtureRequest) -> None:
         pytest.skip(reason)
 
 
-@pytest.fixture
-def redis_channel_layer(settings: Any) -> Any:
-    """The channels-redis layer on the local Redis, with a prefix of its own for this test."""
+@pytest.fixture(params=sorted(REDIS_CHANNEL_LAYERS))
+def redis_channel_layer(request: pytest.FixtureRequest, settings: Any) -> Any:
+    """A channels-redis layer ("core", then "pubsub") on the local Redis, with a prefix of its own.
+
+    Yields ``CHANNEL_LAYERS["default"]``; server processes a test starts use the same one.
+    """
     import uuid
 
     from channels.layers import channel_layers
 
-    settings.CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {
-                # redis-py 8's default 5 s read timeout breaks the layer's blocking receive
-                "hosts": [{"address": REDIS_URL, "socket_timeout": None, "max_connections": 1000}],
-                "capacity": 5000,
-                "prefix": f"test-{uuid.uuid4().hex[:8]}",
-            },
-        }
-    }
+    layer = redis_channel_layer_config(request.param, REDIS_URL, f"test-{uuid.uuid4().hex[:8]}")
+    settings.CHANNEL_LAYERS = {"default": layer}
     channel_layers.backends.clear()
-    yield settings.CHANNEL_LAYERS
+    yield layer
     channel_layers.backends.clear()
 
 

@@ -10,7 +10,6 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,16 +18,18 @@ import pytest
 import redis
 from asgiref.sync import sync_to_async
 from django.conf import settings as django_settings
+from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test import Client
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 from websockets.typing import Origin
 
-from assistant.eventlog import RedisEventLog
+from assistant.eventlog import RedisEventLog, event_log
 from assistant.models import AuditEntry, Conversation, Message
 from tests import test_websocket
-from tests.conftest import REDIS_URL
+from tests.channel_layers import REDIS_CHANNEL_LAYERS
+from tests.conftest import REDIS_URL, perm
 from tests.test_websocket import (
     PING_RUN,
     WAIT,
@@ -202,6 +203,65 @@ async def test_a_fresh_load_from_the_redis_event_log_gets_the_snapshot_and_the_l
 
 
 @pytest.mark.django_db(transaction=True)
+async def test_two_identical_frames_of_one_burst_are_both_replayed_with_their_own_seq(
+    redis_event_log, open_socket, plain_user
+):
+    first = await open_socket(plain_user)
+    await send(first, type="message", text="ping")
+    earlier = await receive_run(first)
+    thread_id, last = earlier[0]["threadId"], earlier[-1]["seq"]
+    # a reply that streams the same words twice: two equal frames, kept in one burst
+    words = {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m-2", "delta": "ha "}
+    words |= {"threadId": thread_id, "runId": "run-2"}
+    await event_log().append_many(thread_id, [dict(words), dict(words)])
+
+    second = await open_socket(plain_user)
+    await send(second, type="resume", conversation=thread_id, after=last)
+
+    assert [await receive(second), await receive(second)] == [
+        {**words, "seq": last + 1},
+        {**words, "seq": last + 2},
+    ]
+    marker = await receive(second)
+    assert kind(marker) == "CUSTOM assistant.resumed"
+    assert marker["value"] == {"last": last + 2}
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_frames_kept_before_the_upgrade_are_replayed_with_the_ones_kept_after(
+    redis_event_log, open_socket, plain_user
+):
+    conversation = await Conversation.objects.acreate(user=plain_user, title="ping")
+    thread_id = str(conversation.pk)
+    run = {"threadId": thread_id, "runId": "run-1"}
+    older = [
+        {"type": "RUN_STARTED", **run, "seq": 1},
+        {"type": "TEXT_MESSAGE_START", "messageId": "m-1", "role": "assistant", **run, "seq": 2},
+    ]
+    # what the previous version wrote: a frame's bare JSON (with its seq), scored by its seq
+    seq_key, frames_key = RedisEventLog._keys(thread_id)
+    client = redis.asyncio.Redis.from_url(REDIS_URL)
+    try:
+        await client.set(seq_key, 2, ex=300)
+        await client.zadd(
+            frames_key, {json.dumps(frame, separators=(",", ":")): frame["seq"] for frame in older}
+        )
+        await client.expire(frames_key, 300)
+    finally:
+        await client.aclose()
+    newer = {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m-1", "delta": "pong", **run}
+    await event_log().append_many(thread_id, [dict(newer)])
+
+    socket = await open_socket(plain_user)
+    await send(socket, type="resume", conversation=thread_id, after=1)
+
+    assert [await receive(socket), await receive(socket)] == [older[1], {**newer, "seq": 3}]
+    marker = await receive(socket)
+    assert kind(marker) == "CUSTOM assistant.resumed"
+    assert marker["value"] == {"last": 3}
+
+
+@pytest.mark.django_db(transaction=True)
 async def test_the_redis_event_log_expires(redis_event_log, open_socket, plain_user):
     socket = await open_socket(plain_user)
     await send(socket, type="message", text="ping")
@@ -242,14 +302,20 @@ def database_url() -> str:
 
 
 @pytest.fixture
-def two_servers(tmp_path: Path) -> Iterator[list[str]]:
-    """The test project under two uvicorn processes on the test database, Redis between them."""
+def two_servers(tmp_path: Path, redis_channel_layer: dict[str, Any]) -> Iterator[list[str]]:
+    """The test project under two uvicorn processes on the test database, Redis between them.
+
+    They use the test's Redis channel layer (each kind in turn), prefix included: what this
+    process sends to a group, such as news of a permission change, reaches them.
+    """
+    kind = {backend: name for name, backend in REDIS_CHANNEL_LAYERS.items()}
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "tests.two_process_settings",
         "DATABASE_URL": database_url(),
         "REDIS_URL": REDIS_URL,
-        "ASSISTANT_CHANNEL_PREFIX": f"test-{uuid.uuid4().hex[:8]}",
+        "ASSISTANT_CHANNEL_LAYER": kind[redis_channel_layer["BACKEND"]],
+        "ASSISTANT_CHANNEL_PREFIX": redis_channel_layer["CONFIG"]["prefix"],
     }
     ports = [free_port(), free_port()]
     processes: list[subprocess.Popen[bytes]] = []
@@ -379,3 +445,42 @@ def test_a_cancel_sent_to_one_server_stops_the_turn_running_on_the_other(two_ser
     assert took < 1.0
     assert AuditEntry.objects.get(operation="slow").decision == "cancelled"
     assert Message.objects.get(role="assistant").status == "cancelled"
+
+
+def outcome_of(run: list[dict[str, Any]]) -> tuple[str, str]:
+    """The one tool a run used, with what was decided."""
+    (outcome,) = [frame["value"] for frame in run if kind(frame) == "CUSTOM assistant.outcome"]
+    return outcome["operation"], outcome["decision"]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_permission_revoked_in_another_process_is_gone_on_the_next_turn_of_open_chats(
+    two_servers, make_user
+):
+    make_user("viewer", "testapp.view_order")
+    cookie = session_cookie("viewer")
+    server_a, server_b = two_servers
+
+    def revoke() -> None:
+        # as an admin would, from a process of its own: the servers hear it over Redis
+        get_user_model().objects.get(username="viewer").user_permissions.remove(
+            perm("testapp.view_order")
+        )
+
+    async def talk() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        async with ws_connect(server_a, cookie) as a, ws_connect(server_b, cookie) as b:
+            await ws_send(a, type="message", text="list orders")
+            await ws_send(b, type="message", text="list orders")
+            before = [outcome_of(await ws_receive_run(a)), outcome_of(await ws_receive_run(b))]
+
+            await sync_to_async(revoke)()
+            await ws_send(a, type="message", text="list orders")
+            await ws_send(b, type="message", text="list orders")
+            after = [outcome_of(await ws_receive_run(a)), outcome_of(await ws_receive_run(b))]
+            return before, after
+
+    before, after = asyncio.run(talk())
+
+    assert before == [("list_orders", "executed")] * 2
+    assert after == [("show_capabilities", "executed")] * 2
