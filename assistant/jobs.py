@@ -20,7 +20,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import async_to_sync, sync_to_async
-from django.db import close_old_connections, transaction
+from django.db import DatabaseError, close_old_connections, transaction
 from django.tasks import task
 from django.utils import timezone
 from django.utils.module_loading import import_string
@@ -120,8 +120,14 @@ def _heartbeat(context: JobContext, stop: threading.Event) -> None:
     interval = float(assistant_settings.JOB_HEARTBEAT)
     try:
         while not stop.wait(interval):
-            if context.job.beat():
-                context.cancel.cancel()
+            try:
+                if context.job.beat():
+                    context.cancel.cancel()
+            except DatabaseError:
+                # One failed beat (a busy SQLite file, a dropped connection) must not end the
+                # heartbeat: a job that stops beating is reaped as dead while it still runs.
+                logger.warning("Job %s: a heartbeat failed; beating on", context.job.pk)
+                close_old_connections()
     finally:
         close_old_connections()
 

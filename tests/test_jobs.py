@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
+import logging
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from io import StringIO
@@ -13,6 +16,8 @@ from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db.backends.signals import connection_created
 from django.utils import timezone
 from django_tasks_db.models import DBTaskResult
 from rest_framework.test import APIClient
@@ -777,3 +782,114 @@ def test_a_job_delivered_twice_to_racing_workers_still_runs_once(workers, diagno
 
     assert_each_ran_exactly_once(finished, 20)
     assert DBTaskResult.objects.filter(status="SUCCESSFUL").count() == 40
+
+
+# -- the heartbeat through a busy database ---------------------------------------------------
+
+
+@pytest.fixture
+def only_held_locks_refuse(transactional_db: None) -> Iterator[None]:
+    """Connections opened from now on give up on a held lock after 50 ms (PostgreSQL would wait
+    for ever, SQLite 5 s). SQLite's in-memory test database is one cache shared by every
+    connection, where a read locks the table against other connections' writes: all of them,
+    this thread's included, read without such locks, so a writer meets only the lock a test holds.
+    """
+
+    def configure(db: Any) -> None:
+        with db.cursor() as cursor:
+            if db.vendor == "postgresql":
+                cursor.execute("SET lock_timeout = '50ms'")
+            elif db.vendor == "sqlite":
+                cursor.execute("PRAGMA busy_timeout = 50")
+                cursor.execute("PRAGMA read_uncommitted = 1")
+
+    def on_connect(sender: Any, **kwargs: Any) -> None:
+        configure(kwargs["connection"])
+
+    connection_created.connect(on_connect)
+    if connection.vendor == "sqlite":
+        configure(connection)
+    try:
+        yield
+    finally:
+        connection_created.disconnect(on_connect)
+        if connection.vendor == "sqlite":
+            with connection.cursor() as cursor:
+                cursor.execute("PRAGMA read_uncommitted = 0")
+                cursor.execute("PRAGMA busy_timeout = 5000")
+
+
+@contextlib.contextmanager
+def job_writes_refused() -> Iterator[None]:
+    """Another connection holds a lock that refuses writes to ``assistant_job`` until the block
+    ends: SQLite's one write transaction; on PostgreSQL an EXCLUSIVE table lock (reads still go)."""
+    other = connections.create_connection(DEFAULT_DB_ALIAS)
+    raw = other.get_new_connection(other.get_connection_params())
+    try:
+        if other.vendor == "postgresql":
+            raw.execute("LOCK TABLE assistant_job IN EXCLUSIVE MODE")  # opens a transaction
+        else:
+            raw.execute("BEGIN IMMEDIATE")
+        yield
+    finally:
+        raw.rollback()
+        raw.close()
+
+
+def failed_beats(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [record for record in caplog.records if "heartbeat failed" in record.getMessage()]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_heartbeat_refused_by_a_busy_database_resumes_once_it_accepts_writes_again(
+    diagnostician, settings, only_held_locks_refuse, caplog
+):
+    settings.ASSISTANT = {**settings.ASSISTANT, "JOB_HEARTBEAT": 0.05}
+    caplog.set_level(logging.WARNING, logger="assistant.jobs")
+    job = Job.objects.create(
+        operation="start_job",
+        function="tests.testapp.jobs.wait_for_cancel",
+        kwargs={"seconds": 8},
+        user=diagnostician,
+    )
+
+    def work() -> None:  # a worker running the job, on connections of its own
+        try:
+            execute_job(str(job.pk))
+        finally:
+            connections.close_all()
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    try:
+        eventually(lambda: job_row(job).progress == 10, timeout=5, what="the job to run")
+        first_beat = job_row(job).heartbeat_at
+        eventually(lambda: job_row(job).heartbeat_at > first_beat, timeout=2, what="a heartbeat")
+
+        with job_writes_refused():
+            locked_at = timezone.now()
+            deadline = time.monotonic() + 1  # a few beats come and go while it is held
+            while len(failed_beats(caplog)) < 3 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            silenced = job_row(job).heartbeat_at
+        released_at = timezone.now()
+
+        eventually(
+            lambda: job_row(job).heartbeat_at > released_at,
+            timeout=2,
+            what="the heartbeat to resume once the database accepts writes again",
+        )
+        assert silenced < locked_at, "no beat got through while the lock was held"
+        assert len(failed_beats(caplog)) >= 3, "each refused beat is logged"
+        watched_until = time.monotonic() + 1  # twice the silence that counts as dead below
+        while time.monotonic() < watched_until:
+            assert reap("--stale-after", "0.5").splitlines() == ["0 stale jobs"]
+            time.sleep(0.05)
+        assert job_row(job).status == "running"
+    finally:
+        cancel_job(diagnostician, job.pk)  # heard through the heartbeat
+        worker.join(timeout=10)
+
+    assert not worker.is_alive()
+    job.refresh_from_db()
+    assert (job.status, job.error) == ("cancelled", "Cancelled by the user.")
