@@ -31,7 +31,7 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from guardian.admin import GuardedModelAdmin
 
-from .dispatch import record_action
+from .confirmation import record_action
 from .models import (
     AuditEntry,
     AuditQuerySet,

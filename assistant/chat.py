@@ -15,14 +15,8 @@ from django.db import transaction
 
 from . import events
 from .conf import assistant_settings
-from .dispatch import (
-    DispatchCancelled,
-    Outcome,
-    acancel_action,
-    aconfirm_action,
-    adispatch,
-    redacted,
-)
+from .confirmation import acancel_action, aconfirm_action
+from .dispatch import DispatchCancelled, Outcome, adispatch, redacted
 from .exceptions import ActionNotFound, AssistantError, ConversationNotFound, InvalidMessage
 from .lifecycle import CancellationToken, ToolSession, new_session
 from .models import Conversation, Message, PendingAction

@@ -13,7 +13,8 @@ from django.utils import timezone
 from assistant import ToolCall, ToolResult, assistant_tool
 from assistant.api.serializers import OutcomeSerializer, PendingActionSerializer
 from assistant.chat import run_turn
-from assistant.dispatch import confirm_action, dispatch
+from assistant.confirmation import confirm_action
+from assistant.dispatch import dispatch
 from assistant.models import AuditEntry, Conversation, Message, PendingAction
 from assistant.registry import ToolRegistry
 

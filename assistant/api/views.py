@@ -29,7 +29,8 @@ from rest_framework.views import APIView
 
 from ..chat import conversation_for, run_turn
 from ..conf import assistant_settings
-from ..dispatch import Outcome, cancel_action, confirm_action, dispatch
+from ..confirmation import cancel_action, confirm_action
+from ..dispatch import Outcome, dispatch
 from ..exceptions import AssistantError
 from ..jobs import cancel_job, job_for
 from ..models import AuditEntry, Conversation, Job, PendingAction, ValidationRun, ValidationTask

@@ -15,7 +15,8 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...chat import run_turn
-from ...dispatch import Outcome, cancel_action, confirm_action, dispatch
+from ...confirmation import cancel_action, confirm_action
+from ...dispatch import Outcome, dispatch
 from ...exceptions import AssistantError
 from ...planner.keywords import PAIR_RE, _parse, _unquote
 from ...registry import registry
