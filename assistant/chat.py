@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
-from django.db import transaction
+from django.db import DatabaseError, transaction
 
 from . import events
 from .conf import assistant_settings
@@ -278,7 +278,7 @@ async def execute(turn: Turn, work: Work) -> Message:
     loop = asyncio.get_running_loop()
     refresh_access(turn.user)  # a long-lived user object reloads what may have changed
     control = loop_state().control
-    await control.register(turn.thread_id, turn.run_id, turn.cancel)
+    control.register(turn.thread_id, turn.run_id, turn.cancel)
     await turn.emit(events.run_started(turn.thread_id, turn.run_id))
     if turn.user_message is not None:
         await _echo_user_message(turn, turn.user_message)
@@ -395,27 +395,43 @@ async def _message_in_lane(
     on_refused: Callable[[AssistantError], Awaitable[None]],
     session: ToolSession | None,
 ) -> TurnResult | None:
-    async with lane():
-        try:
-            conversation, message = await sync_to_async(start_turn)(user, text, conversation)
-        except AssistantError as exc:
-            await on_refused(exc)
-            return None
-        except Exception:
-            # (say, the user or the conversation was deleted meanwhile): nothing was stored
-            logger.exception("Storing a message failed")
-            await on_refused(AssistantError(MESSAGE_NOT_STORED, code="message_not_stored"))
-            return None
-        await on_started(conversation)
-        turn = Turn(
-            user=user,
-            conversation=conversation,
-            user_message=message,
-            source=source,
-            request_ip=request_ip,
-            session=session,
-        )
-        return await run_started_turn(turn)
+    # A Stop may come while the turn still waits for a lane: its token listens from now on.
+    cancel = CancellationToken()
+    control = loop_state().control
+    waiting = str(getattr(conversation, "pk", conversation)) if conversation else None
+    queued = f"queued-{uuid.uuid4().hex}"
+    if waiting:
+        control.register(waiting, queued, cancel)
+    try:
+        async with lane():
+            try:
+                conversation, message = await sync_to_async(start_turn)(user, text, conversation)
+            except AssistantError as exc:
+                await on_refused(exc)
+                return None
+            except DatabaseError:
+                # (say, the user or the conversation was deleted meanwhile): nothing was stored
+                logger.exception("Storing a message failed")
+                await on_refused(AssistantError(MESSAGE_NOT_STORED, code="message_not_stored"))
+                return None
+            except Exception:
+                logger.exception("Starting a turn failed")
+                await on_refused(AssistantError(TURN_FAILED, code="internal_error"))
+                return None
+            await on_started(conversation)
+            turn = Turn(
+                user=user,
+                conversation=conversation,
+                user_message=message,
+                source=source,
+                request_ip=request_ip,
+                session=session,
+                cancel=cancel,
+            )
+            return await run_started_turn(turn)
+    finally:
+        if waiting:
+            control.unregister(waiting, queued)
 
 
 def launch_message(

@@ -56,6 +56,11 @@ def _value_errors(merged: dict[str, Any]) -> list[CheckMessage]:
         errors.append(
             _bad_value("CONFIRMATION_TTL", "must be a positive number", "Seconds, e.g. 600.")
         )
+    max_age = merged["ACCESS_MAX_AGE"]
+    if isinstance(max_age, bool) or not isinstance(max_age, int | float) or max_age < 0:
+        errors.append(
+            _bad_value("ACCESS_MAX_AGE", "must be a number of seconds, 0 or more", "E.g. 60.")
+        )
     if merged["PLANNER"] not in PLANNERS:
         errors.append(_bad_value("PLANNER", f"must be one of {PLANNERS}", "Use 'keywords'."))
     length = merged["MAX_MESSAGE_LENGTH"]

@@ -26,7 +26,7 @@ from .dispatch import (
 from .exceptions import ActionExpired, ActionNotFound, InvalidEntities
 from .lifecycle import CancellationToken
 from .models import AuditEntry, PendingAction
-from .permissions import access_for, forget_access
+from .permissions import access_for, reread_access
 from .registry import ToolRegistry, ToolResult, registry
 
 
@@ -65,7 +65,7 @@ def _confirm_checks(
             InvalidEntities({"entities": "changed since confirmation was requested"}),
         )
     if outcome is None:
-        forget_access(user)
+        reread_access(user)  # a risky moment: flags and permissions as they are now
         call.access = access_for(user)
         outcome = call.authorize() or call.authorize_instance()
     if outcome is None:

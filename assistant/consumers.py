@@ -28,8 +28,8 @@ from .exceptions import AssistantError
 from .jobs import cancel_job
 from .lifecycle import ToolSession, bind_process_session, new_session
 from .models import Conversation, Message, PendingAction
-from .permissions import note_read
-from .runner import group_name, job_relay, request_stop
+from .permissions import access_for, refresh_access, reread_access
+from .runner import group_name, job_relay, loop_state, request_stop
 
 logger = logging.getLogger("assistant.consumers")
 UNAUTHENTICATED = 4401
@@ -51,7 +51,6 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         if isinstance(user, LazyObject) and user._wrapped is not empty:
             user = user._wrapped
         self.user = user
-        note_read(user)  # turns re-read it once permissions change or it grows old
         self.watching: dict[str, Conversation] = {}
         self.current: str | None = None
         self.tools: ToolSession | None = None
@@ -60,6 +59,14 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         if self.user is None or not self.user.is_authenticated:
             await self.close(code=UNAUTHENTICATED)
             return
+        try:
+            # Listen for stop requests and permission news before reading anything.
+            await loop_state().control.start()
+        except Exception:
+            logger.exception("Joining the control group failed; permission news will wait")
+        # The first turn reads the user again (they were read before we listened), and later
+        # turns again once permissions change or the reading grows old.
+        reread_access(self.user)
         # A chat session begins: its toolsets start in the background (not_ready meanwhile).
         bind_process_session()
         self.tools = new_session()
@@ -88,6 +95,7 @@ class AssistantConsumer(AsyncWebsocketConsumer):
                 raise FrameError(f"Unknown frame type {content['type']!r}.", code="unknown_type")
             if content["type"] != "message":
                 await aclose_old_connections()
+                refresh_access(self.user)  # e.g. cancel_job checks permissions here
             await handler(content)
         except AssistantError as exc:
             await self.send_error(exc.code, exc.message)
@@ -192,7 +200,7 @@ class AssistantConsumer(AsyncWebsocketConsumer):
 
     async def on_cancel_job(self, content: dict[str, Any]) -> None:
         """Stop one of the user's background jobs (a running one stops at its next check)."""
-        await sync_to_async(cancel_job)(self.user, self.required(content, "job"))
+        await sync_to_async(_cancel_job)(self.user, self.required(content, "job"))
 
     async def on_resume(self, content: dict[str, Any]) -> None:
         conversation = await self.own(self.required(content, "conversation"))
@@ -267,3 +275,8 @@ def _waiting_actions(user: Any) -> list[dict[str, Any]]:
 
 def _stored_messages(conversation: Any) -> list[Message]:
     return list(Message.objects.filter(conversation=conversation).order_by("created_at", "id"))
+
+
+def _cancel_job(user: Any, job_id: Any) -> None:
+    access_for(user)  # a stale user is read again before the permission check
+    cancel_job(user, job_id)

@@ -113,7 +113,7 @@ class RedisEventLog:
     async def since(self, thread_id: str, after: int) -> Replay:
         client = self._client()
         seq_key, frames_key = self._keys(thread_id)
-        async with client.pipeline(transaction=False) as pipe:
+        async with client.pipeline(transaction=True) as pipe:  # one moment: last matches frames
             pipe.get(seq_key)
             pipe.zrange(frames_key, 0, 0, withscores=True)
             pipe.zrangebyscore(frames_key, f"({after}", "+inf", withscores=True)

@@ -20,7 +20,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import async_to_sync, sync_to_async
-from django.db import DatabaseError, close_old_connections, transaction
+from django import db
+from django.db import close_old_connections, transaction
 from django.tasks import task
 from django.utils import timezone
 from django.utils.module_loading import import_string
@@ -123,7 +124,7 @@ def _heartbeat(context: JobContext, stop: threading.Event) -> None:
             try:
                 if context.job.beat():
                     context.cancel.cancel()
-            except DatabaseError:
+            except db.Error:  # DatabaseError, InterfaceError (a closed connection)
                 # One failed beat (a busy SQLite file, a dropped connection) must not end the
                 # heartbeat: a job that stops beating is reaped as dead while it still runs.
                 logger.warning("Job %s: a heartbeat failed; beating on", context.job.pk)

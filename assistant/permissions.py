@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 import weakref
 from collections.abc import Iterable
@@ -40,7 +41,7 @@ MODEL_ACTIONS = {
 ACCESS_ATTRIBUTE = "_assistant_access"
 RELOAD_ATTRIBUTE = "_assistant_reload_user"
 STAMP_ATTRIBUTE = "_assistant_read"  # (generation, monotonic time) the user's access was read at
-USER_FLAGS = ("is_active", "is_superuser")
+USER_FLAGS = ("is_active", "is_superuser", "is_staff")
 
 _required: weakref.WeakKeyDictionary[AssistantTool, tuple[str, ...]] = weakref.WeakKeyDictionary()
 
@@ -111,13 +112,32 @@ def _load_object_perms(user: Any) -> frozenset[str]:
 
 
 def access_for(user: Any) -> UserAccess:
-    """The user's access snapshot, cached on the user object like Django's own permission cache."""
+    """The user's access snapshot, cached on the user object like Django's own permission cache.
+
+    A user object marked stale (``refresh_access``) first reads its flags again, under a lock
+    of its own: two turns of one socket never build a snapshot from flags the other is
+    replacing.
+    """
     access = getattr(user, ACCESS_ATTRIBUTE, None)
-    if access is not None:
+    if access is not None and not getattr(user, RELOAD_ATTRIBUTE, False):
         return access
-    stamp = (access_generation(), time.monotonic())
     if getattr(user, RELOAD_ATTRIBUTE, False):
-        _reload_flags(user)
+        with _reload_lock(user):
+            if getattr(user, RELOAD_ATTRIBUTE, False):
+                stamp = (access_generation(), time.monotonic())  # before reading: conservative
+                _reload_flags(user)
+                forget_access(user)
+                setattr(user, STAMP_ATTRIBUTE, stamp)
+                with contextlib.suppress(AttributeError):
+                    delattr(user, RELOAD_ATTRIBUTE)
+            access = getattr(user, ACCESS_ATTRIBUTE, None)
+            if access is not None:
+                return access
+            return _load_access(user)
+    return _load_access(user)
+
+
+def _load_access(user: Any) -> UserAccess:
     authenticated = bool(user is not None and user.is_authenticated)
     active = authenticated and bool(getattr(user, "is_active", False))
     superuser = active and bool(getattr(user, "is_superuser", False))
@@ -133,13 +153,12 @@ def access_for(user: Any) -> UserAccess:
     )
     if authenticated:
         setattr(user, ACCESS_ATTRIBUTE, access)
-        setattr(user, STAMP_ATTRIBUTE, stamp)
     return access
 
 
 async def aaccess_for(user: Any) -> UserAccess:
     access = getattr(user, ACCESS_ATTRIBUTE, None)
-    if access is not None:
+    if access is not None and not getattr(user, RELOAD_ATTRIBUTE, False):
         return access
     return await sync_to_async(access_for)(user)
 
@@ -147,23 +166,18 @@ async def aaccess_for(user: Any) -> UserAccess:
 def forget_access(user: Any) -> None:
     """Drop the cached snapshot (and Django's) so the next check reads the database again."""
     for attribute in (ACCESS_ATTRIBUTE, "_perm_cache", "_user_perm_cache", "_group_perm_cache"):
-        if hasattr(user, attribute):
+        with contextlib.suppress(AttributeError):
             delattr(user, attribute)
-
-
-def note_read(user: Any) -> None:
-    """Record that this user object was just read from the database (say, when a socket opens)."""
-    if user is not None and getattr(user, "pk", None) is not None:
-        setattr(user, STAMP_ATTRIBUTE, (access_generation(), time.monotonic()))
 
 
 def refresh_access(user: Any) -> None:
     """For a user object that outlives a request (a websocket's): reload what may have changed.
 
     What was read is kept while it is fresh: no permission, group or user changed since (in
-    this process, or in any process reached through the channel layer) and it is younger than
-    ``ASSISTANT["ACCESS_MAX_AGE"]``. Otherwise the next check reads the user's flags and
-    permissions again. A user object with no such record (a request's) is left as it is.
+    this process, or in any process reached through the channel layer) and it was read less
+    than ``ASSISTANT["ACCESS_MAX_AGE"]`` seconds ago. Otherwise the next check reads the user's
+    flags and permissions again. A user object with no such record (a request's) is left as
+    it is. Only marks: the reading happens in ``access_for``, on the thread that checks.
     """
     stamp = getattr(user, STAMP_ATTRIBUTE, None)
     if stamp is None:
@@ -172,16 +186,30 @@ def refresh_access(user: Any) -> None:
     max_age = float(assistant_settings.ACCESS_MAX_AGE)
     if generation == access_generation() and time.monotonic() - read_at < max_age:
         return
-    forget_access(user)
     setattr(user, RELOAD_ATTRIBUTE, True)
 
 
-def _reload_flags(user: Any) -> None:
-    """Read the user's active and superuser flags again (a deleted user counts as inactive).
+def reread_access(user: Any) -> None:
+    """Make the next check read this user's flags and permissions again, fresh or not."""
+    if user is not None and getattr(user, "pk", None) is not None:
+        setattr(user, RELOAD_ATTRIBUTE, True)
 
-    Two turns of one socket may get here at once: the mark goes only once the flags are set,
-    so a second turn either reads them too or finds them already read.
-    """
+
+_locks_guard = threading.Lock()
+_locks: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
+
+
+def _reload_lock(user: Any) -> threading.Lock:
+    target = getattr(user, "_wrapped", user)  # one lock per user object, lazy or not
+    with _locks_guard:
+        lock = _locks.get(target)
+        if lock is None:
+            lock = _locks[target] = threading.Lock()
+        return lock
+
+
+def _reload_flags(user: Any) -> None:
+    """Read the user's flags again (a deleted user counts as inactive, and not staff)."""
     model = user._meta.model
     concrete = {f.attname for f in model._meta.concrete_fields}
     flags = [flag for flag in USER_FLAGS if flag in concrete]
@@ -190,8 +218,6 @@ def _reload_flags(user: Any) -> None:
         row = dict.fromkeys(flags, False)
     for flag, value in row.items():
         setattr(user, flag, value)
-    with contextlib.suppress(AttributeError):  # the other turn was quicker
-        delattr(user, RELOAD_ATTRIBUTE)
 
 
 _generation = 0
@@ -219,7 +245,12 @@ def _on_access_change(sender: Any, **kwargs: Any) -> None:
     update_fields = kwargs.get("update_fields")
     if update_fields is not None and not set(update_fields) & set(USER_FLAGS):
         return  # e.g. a login stamping last_login
+    if kwargs.get("created") and sender in _HOLDERS:
+        return  # a new user, group or permission: nobody holds anything through it yet
     transaction.on_commit(permissions_changed, using=kwargs.get("using"))
+
+
+_HOLDERS: set[Any] = set()
 
 
 def watch_access_changes() -> None:
@@ -229,6 +260,7 @@ def watch_access_changes() -> None:
     from guardian.utils import get_group_obj_perms_model, get_user_obj_perms_model
 
     user_model = get_user_model()
+    _HOLDERS.update((user_model, Group, Permission))
     for model in (
         user_model,
         Group,

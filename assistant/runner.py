@@ -110,18 +110,24 @@ class Control:
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
-        """Join the control group (once); later calls wait for the first to finish."""
+        """Join the control group (once); later calls wait for the first to finish.
+
+        Server processes start it when a socket connects: a long-lived loop that runs turns.
+        Short-lived loops (a sync view's or command's turn) never join, so none is left behind.
+        """
         layer = get_channel_layer()
         if layer is None:
             return
         if self._ready is None:
             self._ready = asyncio.get_running_loop().create_future()
+            ready = self._ready
             try:
                 channel = await layer.new_channel()
                 await layer.group_add(CONTROL_GROUP, channel)
             except BaseException as exc:
-                self._ready.set_exception(exc)
                 self._ready = None
+                ready.set_exception(exc)
+                ready.exception()  # whoever waits on it raises; nothing left unretrieved
                 raise
             self._tasks = [
                 asyncio.ensure_future(self._listen(channel)),
@@ -163,9 +169,8 @@ class Control:
             except Exception:
                 logger.exception("Re-joining the control group failed; trying again later")
 
-    async def register(self, thread_id: str, run_id: str, token: CancellationToken) -> None:
-        """Let stop requests for this run reach its token (from this or any other process)."""
-        await self.start()
+    def register(self, thread_id: str, run_id: str, token: CancellationToken) -> None:
+        """Let stop requests for this run reach its token (from any process, once started)."""
         self._tokens.setdefault(thread_id, {})[run_id] = token
 
     def unregister(self, thread_id: str, run_id: str) -> None:

@@ -23,7 +23,13 @@ from django.test import Client
 from guardian.shortcuts import assign_perm, remove_perm
 
 from assistant.models import AuditEntry
-from assistant.permissions import access_for, can_use_tool, permissions_changed, refresh_access
+from assistant.permissions import (
+    access_for,
+    can_use_tool,
+    permissions_changed,
+    refresh_access,
+    reread_access,
+)
 from assistant.registry import registry
 from tests import test_websocket
 from tests.conftest import perm
@@ -346,11 +352,17 @@ async def test_with_access_max_age_0_every_turn_sees_even_a_change_that_sends_no
 # Not transactional: the test's changes are committed only where it runs their on_commit hooks.
 
 
+def as_an_open_chat(user: Any) -> Any:
+    """What a socket does with its user: read it again at the first turn, then keep it."""
+    reread_access(user)
+    return access_for(user)
+
+
 @pytest.mark.django_db
 def test_an_unchanged_snapshot_is_reused_by_the_next_turn_without_a_query(
     reader, django_assert_num_queries
 ):
-    access_for(reader)
+    as_an_open_chat(reader)
 
     with django_assert_num_queries(0):
         refresh_access(reader)
@@ -361,7 +373,7 @@ def test_an_unchanged_snapshot_is_reused_by_the_next_turn_without_a_query(
 
 @pytest.mark.django_db
 def test_after_permissions_changed_the_next_turn_reads_the_database_again(reader):
-    access_for(reader)
+    as_an_open_chat(reader)
     User.user_permissions.through.objects.filter(user_id=reader.pk).delete()  # no signal
     refresh_access(reader)
     assert VIEW in access_for(reader).perms
@@ -391,7 +403,7 @@ def stamp_last_login(user: Any) -> None:
 def test_stamping_last_login_leaves_open_chats_snapshots_fresh(
     reader, django_assert_num_queries, django_capture_on_commit_callbacks, save
 ):
-    access_for(reader)
+    as_an_open_chat(reader)
     with django_capture_on_commit_callbacks(execute=True):
         save(reader)
 
@@ -405,6 +417,7 @@ def test_stamping_last_login_leaves_open_chats_snapshots_fresh(
 def test_saving_the_active_flag_makes_open_chats_read_the_user_again(
     reader, django_capture_on_commit_callbacks, update_fields
 ):
+    as_an_open_chat(reader)
     assert can_use_tool(reader, registry.get("list_orders"))
     other = fetch(reader)
     other.is_active = False
@@ -422,6 +435,7 @@ def test_saving_the_active_flag_makes_open_chats_read_the_user_again(
 def test_saving_the_superuser_flag_makes_open_chats_read_the_user_again(
     plain_user, django_capture_on_commit_callbacks
 ):
+    as_an_open_chat(plain_user)
     assert not can_use_tool(plain_user, registry.get("list_orders"))
     with django_capture_on_commit_callbacks(execute=True):
         change_flags(plain_user, is_superuser=True)
@@ -436,6 +450,7 @@ def test_saving_the_superuser_flag_makes_open_chats_read_the_user_again(
 def test_a_user_deleted_while_their_chat_is_open_counts_as_inactive(
     reader, django_capture_on_commit_callbacks
 ):
+    as_an_open_chat(reader)
     assert can_use_tool(reader, registry.get("ping"))
     with django_capture_on_commit_callbacks(execute=True):
         fetch(reader).delete()
@@ -505,7 +520,7 @@ def in_a_lane(work: Callable[[], Any]) -> threading.Thread:
 def test_two_turns_reading_a_stale_snapshot_at_once_cannot_keep_a_deactivated_user_active(
     reader,
 ):
-    access_for(reader)
+    as_an_open_chat(reader)
     change_flags(reader, is_active=False)
     refresh_access(reader)  # both turns on the socket start: the snapshot is stale
 
