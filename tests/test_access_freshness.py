@@ -560,3 +560,99 @@ async def test_a_message_from_a_user_deleted_while_the_chat_is_open_gets_an_erro
     assert (error["type"], error["name"]) == ("CUSTOM", "assistant.error")
     assert error["value"]["code"] == "message_not_stored"
     assert await Message.objects.acount() == 0
+
+
+# -- flags changed without a signal, and the staff flag ----------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_pending_approval_confirmed_after_a_deactivation_that_sent_no_signal_is_refused(
+    open_socket, clerk
+):
+    # queryset.update() sends no signal, and the snapshot is fresh: a confirm reads the user's
+    # flags and permissions again anyway, at the moment the action would run.
+    order = await Order.objects.acreate(reference="ORD-1")
+    socket = await open_socket(clerk)
+    asked = await ask(socket, f"approve order {order.pk}")
+    (interrupt,) = asked[-1]["outcome"]["interrupts"]
+
+    await User.objects.filter(pk=clerk.pk).aupdate(is_active=False)
+    await send(socket, type="confirm", action=interrupt["id"])
+    answered = await receive_run(socket)
+
+    assert calls(answered) == [("approve_order", "denied")]
+    assert (await Order.objects.aget()).approvals == 0
+    assert [
+        decision
+        async for decision in AuditEntry.objects.filter(operation="approve_order")
+        .order_by("pk")
+        .values_list("decision", flat=True)
+    ] == ["confirmation_requested", "denied"]
+
+
+def demote(user: Any) -> None:
+    """Take the staff flag away, saving only that field."""
+    other = fetch(user)
+    other.is_staff = False
+    other.save(update_fields=["is_staff"])
+
+
+@pytest.mark.django_db
+def test_saving_the_staff_flag_makes_open_chats_read_the_user_again(
+    make_user, django_capture_on_commit_callbacks
+):
+    operator = make_user("operator", "assistant.view_job", is_staff=True)
+    as_an_open_chat(operator)
+    with django_capture_on_commit_callbacks(execute=True):
+        demote(operator)
+
+    refresh_access(operator)
+    access_for(operator)
+
+    assert operator.is_staff is False
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_staff_demoted_while_the_chat_is_open_no_longer_see_other_users_jobs(
+    open_socket, make_user, plain_user
+):
+    from assistant.models import Job
+
+    job = await Job.objects.acreate(operation="start_job", function="f.g", user=plain_user)
+    operator = await sync_to_async(make_user)("operator", "assistant.view_job", is_staff=True)
+    socket = await open_socket(operator)
+    first = await ask(socket, f"status of task task_id={job.pk}")
+    assert calls(first) == [("get_task_status", "executed")]
+    assert reply(first) == "start_job is queued."
+
+    await sync_to_async(demote)(operator)
+    second = await ask(socket, f"status of task task_id={job.pk}", thread(first))
+
+    assert calls(second) == [("get_task_status", "executed")]
+    assert reply(second) == f"No job {job.pk} of yours."
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_staff_demoted_while_the_chat_is_open_can_no_longer_cancel_other_users_jobs(
+    open_socket, make_user, plain_user
+):
+    from assistant.models import Job
+
+    job = await Job.objects.acreate(operation="start_job", function="f.g", user=plain_user)
+    operator = await sync_to_async(make_user)(
+        "operator", "assistant.view_job", "assistant.change_job", is_staff=True
+    )
+    socket = await open_socket(operator)
+    first = await ask(socket, f"status of task task_id={job.pk}")
+    assert reply(first) == "start_job is queued."  # the chat has read the user: they see it
+
+    await sync_to_async(demote)(operator)
+    await send(socket, type="cancel_job", job=str(job.pk))
+    await send(socket, type="message", text="ping", conversation=thread(first))  # answered after
+    error, *after = await receive_run(socket)
+
+    assert (error["type"], error.get("name")) == ("CUSTOM", "assistant.error")
+    assert error["value"]["code"] == "not_found"
+    assert calls(after) == [("ping", "executed")]
+    job = await Job.objects.aget(pk=job.pk)
+    assert (job.status, job.cancel_requested) == ("queued", False)

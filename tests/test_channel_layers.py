@@ -484,3 +484,48 @@ def test_a_permission_revoked_in_another_process_is_gone_on_the_next_turn_of_ope
 
     assert before == [("list_orders", "executed")] * 2
     assert after == [("show_capabilities", "executed")] * 2
+
+
+def deactivate(username: str) -> None:
+    """As an admin would, saving the user from a process of its own."""
+    user = get_user_model().objects.get(username=username)
+    user.is_active = False
+    user.save()
+
+
+def revoke_view_order(username: str) -> None:
+    get_user_model().objects.get(username=username).user_permissions.remove(
+        perm("testapp.view_order")
+    )
+
+
+# Changes made in another process to a user whose chat is open, and what their next turn gets.
+CHANGES_ELSEWHERE = {
+    "the permission revoked": (revoke_view_order, ("show_capabilities", "executed")),
+    "the user deactivated": (deactivate, ("show_capabilities", "denied")),
+}
+
+
+@pytest.mark.parametrize("change", list(CHANGES_ELSEWHERE))
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_change_made_in_another_process_before_the_first_turn_is_seen_by_that_turn(
+    two_servers, make_user, change
+):
+    make_user("viewer", "testapp.view_order")
+    cookie = session_cookie("viewer")
+    server_a, server_b = two_servers
+    apply, seen = CHANGES_ELSEWHERE[change]
+
+    async def talk() -> list[tuple[str, str]]:
+        async with ws_connect(server_a, cookie) as a, ws_connect(server_b, cookie) as b:
+            # connected, no turn run yet: the servers hold the user as it was read at connect
+            await sync_to_async(apply)("viewer")
+            await ws_send(a, type="message", text="list orders")
+            await ws_send(b, type="message", text="list orders")
+            return [outcome_of(await ws_receive_run(a)), outcome_of(await ws_receive_run(b))]
+
+    first_turns = asyncio.run(talk())
+
+    assert first_turns == [seen] * 2
+    assert not AuditEntry.objects.filter(operation="list_orders").exists()

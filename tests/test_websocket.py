@@ -707,3 +707,55 @@ async def test_a_crashing_planner_ends_with_run_error_and_a_stored_failed_reply(
     assert (question.role, question.text) == ("user", "ping")
     assert (answer.role, answer.status, answer.text) == ("assistant", "failed", TURN_FAILED)
     assert await AuditEntry.objects.acount() == 0
+
+
+# -- a stop for a message still waiting for a lane ----------------------------------------------
+
+
+async def receive_runs(socket: Socket, thread_ids: set[str]) -> list[dict[str, Any]]:
+    """Frames, in arrival order, until a run has ended on each of these conversations."""
+    frames: list[dict[str, Any]] = []
+    ended: set[str] = set()
+    while ended != thread_ids:
+        frames.append(await receive(socket))
+        if frames[-1]["type"] in ("RUN_FINISHED", "RUN_ERROR"):
+            ended.add(frames[-1]["threadId"])
+    await turns_ended(WAIT)
+    return frames
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_stop_sent_while_the_message_waits_for_a_lane_cancels_its_run(
+    settings, open_socket, plain_user
+):
+    settings.ASSISTANT = {**settings.ASSISTANT, "MAX_CONCURRENT_TURNS": 1}  # this loop's lanes
+    socket = await open_socket(plain_user)
+    await send(socket, type="message", text="ping")
+    waiting = (await receive_run(socket))[0]["threadId"]
+    await send(socket, type="message", text="slow seconds=1")
+    busy = (await receive_until(socket, "TOOL_CALL_END"))[0]["threadId"]  # holds the only lane
+
+    await send(socket, type="message", text="ping", conversation=waiting)
+    await send(socket, type="cancel", conversation=waiting)
+    frames = await receive_runs(socket, {busy, waiting})
+
+    busy_end = next(f for f in frames if f["threadId"] == busy and f["type"] == "RUN_FINISHED")
+    first_waiting = next(f for f in frames if f["threadId"] == waiting)
+    assert frames.index(busy_end) < frames.index(first_waiting), "it did wait for the lane"
+    assert busy_end["result"]["status"] == "complete"
+    assert busy_end.get("outcome") is None
+    stopped = [f for f in frames if f["threadId"] == waiting]
+    assert stopped[-1]["type"] == "RUN_FINISHED"
+    assert stopped[-1].get("outcome") == {"type": "cancelled"}
+    assert stopped[-1]["result"]["status"] == "cancelled"
+    assert "TOOL_CALL_START ping" not in kinds(stopped)
+    messages = await sync_to_async(stored)(waiting)
+    assert [(m.role, m.status) for m in messages[2:]] == [
+        ("user", "complete"),
+        ("assistant", "cancelled"),
+    ]
+    assert str(messages[3].pk) == stopped[-1]["result"]["message"]
+    assert await sync_to_async(decisions)("ping") == ["executed"]  # the first turn's only
+    _question, answer = await sync_to_async(stored)(busy)
+    assert (answer.text, answer.status) == ("slept 1s", "complete")
+    assert await sync_to_async(decisions)("slow") == ["executed"]
