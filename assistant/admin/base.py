@@ -1,0 +1,43 @@
+"""What every assistant admin page shares: read-only pages and coloured status badges."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+from django.utils.html import format_html
+
+DECISION_COLOURS = {
+    "executed": "#127a3c",
+    "confirmed": "#127a3c",
+    "passed": "#127a3c",
+    "succeeded": "#127a3c",
+    "confirmation_requested": "#9a6700",
+    "cancelled": "#9a6700",
+    "warned": "#9a6700",
+    "queued": "#52606d",
+    "running": "#2457c5",
+    "pending": "#9a6700",
+}
+
+
+def badge(value: str) -> str:
+    colour = DECISION_COLOURS.get(value, "#b42318")
+    return format_html(
+        '<span style="color:#fff;background:{};padding:1px 7px;border-radius:9px;'
+        'font-size:11px;white-space:nowrap">{}</span>',
+        colour,
+        value.replace("_", " "),
+    )
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
