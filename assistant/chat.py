@@ -416,7 +416,7 @@ async def _message_in_lane(
                 return None
             except Exception:
                 logger.exception("Starting a turn failed")
-                await on_refused(AssistantError(TURN_FAILED, code="internal_error"))
+                await on_refused(AssistantError(MESSAGE_NOT_STORED, code="internal_error"))
                 return None
             await on_started(conversation)
             turn = Turn(

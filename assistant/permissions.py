@@ -118,23 +118,17 @@ def access_for(user: Any) -> UserAccess:
     of its own: two turns of one socket never build a snapshot from flags the other is
     replacing.
     """
-    access = getattr(user, ACCESS_ATTRIBUTE, None)
-    if access is not None and not getattr(user, RELOAD_ATTRIBUTE, False):
-        return access
-    if getattr(user, RELOAD_ATTRIBUTE, False):
-        with _reload_lock(user):
-            if getattr(user, RELOAD_ATTRIBUTE, False):
-                stamp = (access_generation(), time.monotonic())  # before reading: conservative
-                _reload_flags(user)
-                forget_access(user)
-                setattr(user, STAMP_ATTRIBUTE, stamp)
-                with contextlib.suppress(AttributeError):
-                    delattr(user, RELOAD_ATTRIBUTE)
-            access = getattr(user, ACCESS_ATTRIBUTE, None)
-            if access is not None:
-                return access
-            return _load_access(user)
-    return _load_access(user)
+    if not getattr(user, RELOAD_ATTRIBUTE, False):
+        return getattr(user, ACCESS_ATTRIBUTE, None) or _load_access(user)
+    with _reload_lock(user):
+        if getattr(user, RELOAD_ATTRIBUTE, False):  # (not done by the other turn meanwhile)
+            stamp = (access_generation(), time.monotonic())  # before reading: conservative
+            _reload_flags(user)
+            forget_access(user)
+            setattr(user, STAMP_ATTRIBUTE, stamp)
+            with contextlib.suppress(AttributeError):
+                delattr(user, RELOAD_ATTRIBUTE)
+        return getattr(user, ACCESS_ATTRIBUTE, None) or _load_access(user)
 
 
 def _load_access(user: Any) -> UserAccess:
@@ -245,12 +239,12 @@ def _on_access_change(sender: Any, **kwargs: Any) -> None:
     update_fields = kwargs.get("update_fields")
     if update_fields is not None and not set(update_fields) & set(USER_FLAGS):
         return  # e.g. a login stamping last_login
-    if kwargs.get("created") and sender in _HOLDERS:
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group, Permission
+
+    if kwargs.get("created") and sender in (get_user_model(), Group, Permission):
         return  # a new user, group or permission: nobody holds anything through it yet
     transaction.on_commit(permissions_changed, using=kwargs.get("using"))
-
-
-_HOLDERS: set[Any] = set()
 
 
 def watch_access_changes() -> None:
@@ -260,7 +254,6 @@ def watch_access_changes() -> None:
     from guardian.utils import get_group_obj_perms_model, get_user_obj_perms_model
 
     user_model = get_user_model()
-    _HOLDERS.update((user_model, Group, Permission))
     for model in (
         user_model,
         Group,
