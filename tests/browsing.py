@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -17,3 +21,8 @@ CHROMIUM_ARGS = [
 ]
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "browser"
 WAIT = 10_000  # ms: the longest any step may take before the test fails
+
+
+def send(page: Page, text: str) -> None:
+    page.get_by_placeholder("Message the assistant…").fill(text)
+    page.get_by_role("button", name="Send").click()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -180,3 +180,42 @@ def browser(asgi_live_server: str, monkeypatch: pytest.MonkeyPatch) -> Any:
             # With that loop running, Django keeps this thread's ORM calls on connections of their
             # own (asgiref's thread-critical Local); close them while they are still reachable.
             connections.close_all()
+
+
+@pytest.fixture
+def open_chat(
+    browser: Any, asgi_live_server: str, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., Any]]:
+    """The chat page, signed in as ``user`` through a session cookie, once it is connected."""
+    from django.test import Client
+    from playwright.sync_api import expect
+
+    from tests.browsing import ARTIFACTS, WAIT
+
+    contexts: list[Any] = []
+
+    def open_page(user: Any, **context_options: Any) -> Any:
+        client = Client()
+        client.force_login(user)
+        context = browser.new_context(**context_options)
+        contexts.append(context)
+        context.set_default_timeout(WAIT)
+        context.add_cookies(
+            [
+                {
+                    "name": "sessionid",
+                    "value": client.cookies["sessionid"].value,
+                    "url": asgi_live_server,
+                }
+            ]
+        )
+        page = context.new_page()
+        page.goto(f"{asgi_live_server}/assistant/")
+        expect(page.locator("#status")).to_have_text("connected")
+        return page
+
+    yield open_page
+    for index, context in enumerate(contexts):
+        # The page as the test left it: a failure's evidence.
+        context.pages[-1].screenshot(path=str(ARTIFACTS / f"{request.node.name}-{index}.png"))
+        context.close()

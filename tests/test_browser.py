@@ -3,59 +3,19 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.test import Client
-from playwright.sync_api import Browser, BrowserContext, Page, expect
+from playwright.sync_api import Page, expect
 
 from assistant.models import AuditEntry, Message
-from tests.browsing import ARTIFACTS, WAIT
+from tests.browsing import ARTIFACTS, send
 from tests.testapp.models import Order
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 PHONE = {"width": 390, "height": 844}
-
-
-@pytest.fixture
-def open_chat(
-    browser: Browser, asgi_live_server: str, request: pytest.FixtureRequest
-) -> Iterator[Callable[..., Page]]:
-    """The chat page, signed in as ``user`` through a session cookie, once it is connected."""
-    contexts: list[BrowserContext] = []
-
-    def open_page(user: Any, **context_options: Any) -> Page:
-        client = Client()
-        client.force_login(user)
-        context = browser.new_context(**context_options)
-        contexts.append(context)
-        context.set_default_timeout(WAIT)
-        context.add_cookies(
-            [
-                {
-                    "name": "sessionid",
-                    "value": client.cookies["sessionid"].value,
-                    "url": asgi_live_server,
-                }
-            ]
-        )
-        page = context.new_page()
-        page.goto(f"{asgi_live_server}/assistant/")
-        expect(page.locator("#status")).to_have_text("connected")
-        return page
-
-    yield open_page
-    for index, context in enumerate(contexts):
-        # The page as the test left it: a failure's evidence.
-        context.pages[-1].screenshot(path=str(ARTIFACTS / f"{request.node.name}-{index}.png"))
-        context.close()
-
-
-def send(page: Page, text: str) -> None:
-    page.get_by_placeholder("Message the assistant…").fill(text)
-    page.get_by_role("button", name="Send").click()
 
 
 def screenshot(page: Page, name: str) -> None:

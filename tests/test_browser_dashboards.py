@@ -4,16 +4,15 @@ status, validate, read the health summary — with a screenshot at every step.""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.test import Client
-from playwright.sync_api import Browser, BrowserContext, Page, expect
+from playwright.sync_api import Page, expect
 
 from assistant.models import AuditEntry, Job, ValidationRun
 from dashboards.models import Backup, Dashboard
-from tests.browsing import ARTIFACTS, WAIT
+from tests.browsing import ARTIFACTS, send
 from tests.dashboards_world import World
 from tests.dashboards_world import dashboard_storage as dashboard_storage  # the fixture
 from tests.dashboards_world import world as world  # the fixture
@@ -21,42 +20,7 @@ from tests.dashboards_world import world as world  # the fixture
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture
-def open_chat(
-    browser: Browser, asgi_live_server: str, request: pytest.FixtureRequest
-) -> Iterator[Callable[[Any], Page]]:
-    """The chat page, signed in as ``user`` through a session cookie, once it is connected."""
-    contexts: list[BrowserContext] = []
-
-    def open_page(user: Any) -> Page:
-        client = Client()
-        client.force_login(user)
-        context = browser.new_context(viewport={"width": 1100, "height": 900})
-        contexts.append(context)
-        context.set_default_timeout(WAIT)
-        context.add_cookies(
-            [
-                {
-                    "name": "sessionid",
-                    "value": client.cookies["sessionid"].value,
-                    "url": asgi_live_server,
-                }
-            ]
-        )
-        page = context.new_page()
-        page.goto(f"{asgi_live_server}/assistant/")
-        expect(page.locator("#status")).to_have_text("connected")
-        return page
-
-    yield open_page
-    for index, context in enumerate(contexts):
-        context.pages[-1].screenshot(path=str(ARTIFACTS / f"{request.node.name}-{index}.png"))
-        context.close()
-
-
-def send(page: Page, text: str) -> None:
-    page.get_by_placeholder("Message the assistant…").fill(text)
-    page.get_by_role("button", name="Send").click()
+DESKTOP = {"viewport": {"width": 1100, "height": 900}}
 
 
 def screenshot(page: Page, name: str) -> None:
@@ -84,7 +48,7 @@ def test_an_admins_session_on_the_dashboards(
     open_chat: Callable[[Any], Page], world: World
 ) -> None:
     target = world.dashboard("sales-overview", "prod")
-    page = open_chat(world.admin)
+    page = open_chat(world.admin, **DESKTOP)
 
     # 1. search
     send(page, 'search dashboards "sales"')
@@ -174,7 +138,7 @@ def test_the_operator_is_stopped_at_production(
     open_chat: Callable[[Any], Page], world: World
 ) -> None:
     target = world.dashboard("web-traffic", "prod")
-    page = open_chat(world.operator)
+    page = open_chat(world.operator, **DESKTOP)
 
     send(page, "deploy dashboard=web-traffic source=staging target=prod")
     page.locator(".approval").get_by_role("button", name="Approve").click()
@@ -189,7 +153,7 @@ def test_the_operator_is_stopped_at_production(
 def test_asking_for_a_tasks_status_by_its_id(
     open_chat: Callable[[Any], Page], world: World
 ) -> None:
-    page = open_chat(world.operator)
+    page = open_chat(world.operator, **DESKTOP)
     send(page, 'back up "dev"')
     expect(reply(page, "Backing up Development's")).to_be_visible()
     job = Job.objects.get(operation="run_backup")
