@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterable
 from typing import Any
 
@@ -10,16 +11,14 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 from django.db import DatabaseError
 
-from .conf import DEFAULTS
+from .conf import LLM_SETTINGS, SETTINGS, Setting, nearest
 from .permissions import permission_for
 from .registry import AssistantTool, ToolRegistry, registry
-
-PLANNERS = ("keywords", "llm")
 
 
 @register("assistant")
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """assistant.E001/E002/E003/W001: the ASSISTANT dict and its values."""
+    """assistant.E001/E002/E003/W001: the ASSISTANT dict, its keys and values, LLM's too."""
     value = getattr(settings, "ASSISTANT", {})
     if not isinstance(value, dict):
         return [
@@ -29,66 +28,34 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="assistant.E001",
             )
         ]
-    errors: list[CheckMessage] = []
-    for key in value:
-        if key not in DEFAULTS:
-            errors.append(
-                Warning(
-                    f"ASSISTANT[{key!r}] is not a setting django-assistant knows.",
-                    hint=f"Known settings: {', '.join(sorted(DEFAULTS))}.",
-                    id="assistant.W001",
-                )
-            )
-    merged = {**DEFAULTS, **value}
-    errors.extend(_value_errors(merged))
-    errors.extend(_resource_errors(merged["RESOURCES"]))
+    errors = list(_key_errors(value, SETTINGS, "ASSISTANT"))
+    llm = value.get("LLM", {})
+    if isinstance(llm, dict):
+        errors.extend(_key_errors(llm, LLM_SETTINGS, "ASSISTANT['LLM']"))
+    errors.extend(_resource_errors(value.get("RESOURCES", {})))
     return errors
 
 
-def _bad_value(key: str, problem: str, hint: str) -> Error:
-    return Error(f"ASSISTANT[{key!r}] {problem}.", hint=hint, id="assistant.E002")
-
-
-def _value_errors(merged: dict[str, Any]) -> list[CheckMessage]:
-    errors: list[CheckMessage] = []
-    ttl = merged["CONFIRMATION_TTL"]
-    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl <= 0:
-        errors.append(
-            _bad_value("CONFIRMATION_TTL", "must be a positive number", "Seconds, e.g. 600.")
-        )
-    max_age = merged["ACCESS_MAX_AGE"]
-    if isinstance(max_age, bool) or not isinstance(max_age, int | float) or max_age < 0:
-        errors.append(
-            _bad_value("ACCESS_MAX_AGE", "must be a number of seconds, 0 or more", "E.g. 60.")
-        )
-    if merged["PLANNER"] not in PLANNERS:
-        errors.append(_bad_value("PLANNER", f"must be one of {PLANNERS}", "Use 'keywords'."))
-    length = merged["MAX_MESSAGE_LENGTH"]
-    if isinstance(length, bool) or not isinstance(length, int) or length <= 0:
-        errors.append(_bad_value("MAX_MESSAGE_LENGTH", "must be a positive integer", "E.g. 4000."))
-    rate = merged["THROTTLE_RATE"]
-    if rate is not None and not _is_rate(rate):
-        errors.append(
-            _bad_value("THROTTLE_RATE", "must look like '120/min' or be None", "E.g. '120/min'.")
-        )
-    if not isinstance(merged["REDACTED"], str):
-        errors.append(_bad_value("REDACTED", "must be a string", "E.g. '[redacted]'."))
-    if not isinstance(merged["RESOURCES"], dict):
-        errors.append(
-            _bad_value(
-                "RESOURCES",
-                "must be a dict",
-                "Map resource names to models: {'dashboards': 'dashboards.Dashboard'}.",
+def _key_errors(
+    configured: dict[Any, Any], known: dict[str, Setting], where: str
+) -> Iterable[CheckMessage]:
+    """An unknown key is a warning naming its nearest known key; a bad value is an error."""
+    for key, value in configured.items():
+        spec = known.get(key) if isinstance(key, str) else None
+        if spec is None:
+            guess = nearest(key, known)
+            yield Warning(
+                f"{where}[{key!r}] is not a setting django-assistant knows.",
+                hint=(f"Did you mean {guess!r}? " if guess else "")
+                + f"Known settings: {', '.join(sorted(known))}.",
+                id="assistant.W001",
             )
-        )
-    return errors
-
-
-def _is_rate(rate: Any) -> bool:
-    if not isinstance(rate, str) or "/" not in rate:
-        return False
-    count, period = rate.split("/", 1)
-    return count.isdigit() and period[:1] in ("s", "m", "h", "d")
+        elif not spec.accepts(value):
+            yield Error(
+                f"{where}[{key!r}] must be {spec.expected}, not {value!r}.",
+                hint=f"E.g. {key!r}: {spec.example} ({spec.doc}).",
+                id="assistant.E002",
+            )
 
 
 def _resource_errors(resources: Any) -> list[CheckMessage]:
@@ -134,9 +101,10 @@ def check_tool_permissions(app_configs: Any = None, **kwargs: Any) -> list[Check
 
 
 def tool_errors(site: ToolRegistry) -> Iterable[CheckMessage]:
-    resources = getattr(settings, "ASSISTANT", {})
-    resources = resources.get("RESOURCES", {}) if isinstance(resources, dict) else {}
-    resources = resources if isinstance(resources, dict) else {}
+    configured = getattr(settings, "ASSISTANT", {})
+    resources = configured.get("RESOURCES", {}) if isinstance(configured, dict) else {}
+    malformed = not isinstance(resources, dict)  # already E001/E002; guessing would be noise
+    resources = {} if malformed else resources
     # Permissions the app itself creates after migrate, for pairs no model stands for.
     created = {
         permission_for(check)
@@ -144,6 +112,8 @@ def tool_errors(site: ToolRegistry) -> Iterable[CheckMessage]:
         for check in tool.permission_checks
         if isinstance(check, tuple) and check[0] not in resources
     }
+    if not malformed:
+        yield from _unmapped_resources(site, resources)
     for tool in site:
         yield from _permission_errors(tool, resources, created)
         if tool.object_check is not None and _model(tool.object_check[1]) is None:
@@ -154,6 +124,45 @@ def tool_errors(site: ToolRegistry) -> Iterable[CheckMessage]:
                 obj=tool.handler,
                 id="assistant.E006",
             )
+
+
+def _unmapped_resources(site: ToolRegistry, resources: dict[str, Any]) -> Iterable[CheckMessage]:
+    """assistant.W004: a pair that falls back to an ``assistant.*`` permission while an
+    installed model carries the resource's name (the mapping was probably forgotten)."""
+    tools: dict[str, list[str]] = {}
+    for tool in site:
+        for check in tool.permission_checks:
+            if isinstance(check, tuple) and check[0] not in resources:
+                tools.setdefault(check[0], []).append(tool.operation)
+    for resource, operations in sorted(tools.items()):
+        models = _models_named(resource)
+        if not models:
+            continue
+        names = ", ".join(sorted(set(operations)))
+        yield Warning(
+            f"Resource {resource!r} (tools: {names}) is not in ASSISTANT['RESOURCES'], so its "
+            f"tools need permissions the app creates (assistant.{resource.lower()}_*), which "
+            f"nobody holds until granted — yet the installed model {models[0]} has that name.",
+            hint=f"Did you mean ASSISTANT['RESOURCES'] = {{{resource!r}: {models[0]!r}}}? "
+            "If the app's own permissions are meant, grant them after migrate and silence "
+            "assistant.W004.",
+            id="assistant.W004",
+        )
+
+
+def _models_named(resource: str) -> list[str]:
+    wanted = resource.lower().replace("_", "").replace(" ", "")
+    found = []
+    for model in apps.get_models():
+        opts = model._meta
+        names = {
+            opts.model_name,
+            f"{opts.model_name}s",
+            str(opts.verbose_name_plural).lower().replace(" ", ""),
+        }
+        if wanted in names:
+            found.append(opts.label)
+    return sorted(found)
 
 
 def _permission_errors(
@@ -212,4 +221,106 @@ def check_validation_rules(
                             id="assistant.E007",
                         )
                     )
+    return errors
+
+
+IN_MEMORY_LAYER = "channels.layers.InMemoryChannelLayer"
+INLINE_TASK_BACKENDS = {
+    "django.tasks.backends.immediate.ImmediateBackend": "run inline, during the turn that starts them",
+    "django_tasks.backends.immediate.ImmediateBackend": "run inline, during the turn that starts them",
+    "django.tasks.backends.dummy.DummyBackend": "are never run",
+    "django_tasks.backends.dummy.DummyBackend": "are never run",
+}
+
+
+@register("assistant")
+def check_services(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """assistant.E008/W002/W003: the channel layer and the Tasks backend the chat relies on."""
+    return service_problems(
+        getattr(settings, "CHANNEL_LAYERS", None),
+        settings.DATABASES,
+        getattr(settings, "TASKS", None),
+    )
+
+
+def service_problems(layers: Any, databases: Any, tasks: Any) -> list[CheckMessage]:
+    """What is wrong with these CHANNEL_LAYERS, DATABASES and TASKS for the chat."""
+    errors: list[CheckMessage] = []
+    layer = layers.get("default") if isinstance(layers, dict) else None
+    if not isinstance(layer, dict) or not layer.get("BACKEND"):
+        errors.append(
+            Error(
+                "No default channel layer is configured: the chat websocket cannot stream "
+                "replies, stop turns or follow permission changes.",
+                hint="Set CHANNEL_LAYERS = {'default': {'BACKEND': "
+                "'channels.layers.InMemoryChannelLayer'}} for one process, or channels-redis's "
+                "layer for several.",
+                id="assistant.E008",
+            )
+        )
+    elif layer["BACKEND"] == IN_MEMORY_LAYER and _shared_database(databases):
+        errors.append(
+            Warning(
+                "The in-memory channel layer reaches only its own process, but the database "
+                "suggests several server processes: Stop, replies to other tabs and permission "
+                "news would not cross between them.",
+                hint="Use channels-redis (the [redis] extra) when you run more than one ASGI "
+                "process; silence assistant.W002 if you run exactly one.",
+                id="assistant.W002",
+            )
+        )
+    backend = _task_backend(tasks)
+    if backend in INLINE_TASK_BACKENDS:
+        errors.append(
+            Warning(
+                f"Django's Tasks backend is {backend.rsplit('.', 1)[-1]}: background jobs "
+                f"(backups, deployments, validation runs) {INLINE_TASK_BACKENDS[backend]}.",
+                hint="Add 'django_tasks_db' to INSTALLED_APPS, set TASKS = {'default': "
+                "{'BACKEND': 'django_tasks_db.DatabaseBackend'}} and run manage.py db_worker.",
+                id="assistant.W003",
+            )
+        )
+    return errors
+
+
+def _shared_database(databases: Any) -> bool:
+    """A server database (not SQLite) usually means more than one process serves the site."""
+    return isinstance(databases, dict) and any(
+        not str(config.get("ENGINE", "")).endswith("sqlite3")
+        for config in databases.values()
+        if isinstance(config, dict)
+    )
+
+
+def _task_backend(tasks: Any) -> str:
+    if not isinstance(tasks, dict) or "default" not in tasks:
+        return "django.tasks.backends.immediate.ImmediateBackend"  # Django's own default
+    default = tasks["default"]
+    return str(default.get("BACKEND", "")) if isinstance(default, dict) else ""
+
+
+@register("assistant")
+def check_planner(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """assistant.E009/E010: the LLM planner can actually be used."""
+    configured = getattr(settings, "ASSISTANT", {})
+    if not isinstance(configured, dict) or configured.get("PLANNER") != "llm":
+        return []
+    errors: list[CheckMessage] = []
+    if importlib.util.find_spec("openai") is None:
+        errors.append(
+            Error(
+                "ASSISTANT['PLANNER'] is 'llm', but the openai package is not installed.",
+                hint="Install the [llm] extra (the openai package), or set PLANNER to 'keywords'.",
+                id="assistant.E009",
+            )
+        )
+    llm = configured.get("LLM", {})
+    if not isinstance(llm, dict) or not llm.get("MODEL"):
+        errors.append(
+            Error(
+                "ASSISTANT['PLANNER'] is 'llm', but ASSISTANT['LLM']['MODEL'] names no model.",
+                hint="Set ASSISTANT['LLM']['MODEL'], e.g. 'gpt-4o-mini' or 'qwen2.5:7b-instruct'.",
+                id="assistant.E010",
+            )
+        )
     return errors

@@ -1,64 +1,291 @@
-"""The ``ASSISTANT`` settings dict: defaults in one mapping, read lazily, reset on change."""
+"""The ``ASSISTANT`` settings dict: each key declared once (default, type, check), read lazily."""
 
 from __future__ import annotations
 
+import difflib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-DEFAULTS: dict[str, Any] = {
-    # resource name used in permission_checks -> "app_label.ModelName"
-    "RESOURCES": {},
-    # seconds a pending action waits for confirmation
-    "CONFIRMATION_TTL": 600,
-    # "keywords" (offline, default) or "llm"
-    "PLANNER": "keywords",
-    # DRF throttle rate for every API view, per user ("120/min"); None disables
-    "THROTTLE_RATE": "120/min",
-    # longest user message accepted, in characters
-    "MAX_MESSAGE_LENGTH": 4000,
-    # what replaces a sensitive entity's value in audit entries and history
-    "REDACTED": "[redacted]",
-    # import each installed app's ``assistant_tools`` module at start-up
-    "AUTODISCOVER": True,
-    # where the project routes AssistantConsumer (the chat page connects there)
-    "WEBSOCKET_PATH": "/ws/assistant/",
-    # turns running at once in one server process; more wait for a free slot
-    "MAX_CONCURRENT_TURNS": 32,
-    # seconds an open chat may reuse what it read of its user's permissions and flags. Changes
-    # made through the ORM (admin, shell, guardian, the API) reach every process at once over
-    # the channel layer; this bounds the rest (queryset.update(), raw SQL). 0: every turn.
-    "ACCESS_MAX_AGE": 60.0,
-    # background jobs: the Tasks queue they go to, how often a running job's worker beats, when
-    # a silent one counts as dead, and how often web processes relay job progress to the chat
-    "JOB_QUEUE": "default",
-    "JOB_HEARTBEAT": 5.0,
-    "JOB_STALE_AFTER": 60.0,
-    "JOB_RELAY_INTERVAL": 0.5,
-    # where recent events are kept for replay: None (this process's memory) or a redis:// URL
-    "EVENT_LOG": None,
-    "EVENT_LOG_KEEP": 1000,
-    "EVENT_LOG_TTL": 86400,
-    # the LLM planner (PLANNER = "llm"): any OpenAI-compatible chat-completions endpoint
-    "LLM": {},
-}
+# DRF reads a period by its first letter: "5/s", "120/min", "100/hour", "1000/day".
+RATE = re.compile(r"^[0-9]+/[smhd][a-z]*$")
 
-LLM_DEFAULTS: dict[str, Any] = {
-    "BASE_URL": None,  # None: the openai package's default (api.openai.com)
-    "MODEL": "gpt-4o-mini",
-    "API_KEY_ENV": "OPENAI_API_KEY",  # name of the environment variable holding the key
-    "TIMEOUT": 30.0,  # seconds for the whole request, and between streamed chunks
-    "MAX_STEPS": 5,  # model calls per turn (each may call tools)
-    "MAX_HISTORY": 20,  # earlier messages of the conversation sent along
-    "FALLBACK_TO_KEYWORDS": False,  # on a dead endpoint, answer with the keyword planner
-    "TEMPERATURE": 0.2,
-    "SYSTEM_PROMPT": (
-        "You are the assistant of a Django application. Use the tools to act; never invent "
-        "results. Risky tools ask the user for confirmation: say so plainly. Be brief."
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Setting:
+    """One key of ``ASSISTANT`` (or of ``ASSISTANT["LLM"]``): its default and what it accepts."""
+
+    default: Any
+    accepts: Callable[[Any], bool]
+    expected: str  # "must be <expected>" when a value is refused
+    example: str
+    doc: str = ""
+
+
+def _number(minimum: float = 0.0, *, strict: bool = True) -> Callable[[Any], bool]:
+    def accepts(value: Any) -> bool:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+        return value > minimum if strict else value >= minimum
+
+    return accepts
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _is_str(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _is_bool(value: Any) -> bool:
+    return isinstance(value, bool)
+
+
+def _optional_str(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and bool(value.strip()))
+
+
+def _is_rate(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and RATE.match(value) is not None)
+
+
+def _is_path(value: Any) -> bool:
+    return isinstance(value, str) and value.startswith("/") and value.endswith("/")
+
+
+def _is_redis_url(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and value.startswith(("redis://", "rediss://")))
+
+
+def _is_dict(value: Any) -> bool:
+    return isinstance(value, dict)
+
+
+def _one_of(*choices: str) -> Callable[[Any], bool]:
+    return lambda value: value in choices
+
+
+def _any_str_or_none(value: Any) -> bool:
+    return value is None or isinstance(value, str)
+
+
+SETTINGS: dict[str, Setting] = {
+    "RESOURCES": Setting(
+        default={},
+        accepts=_is_dict,
+        expected="a dict",
+        example="{'dashboards': 'dashboards.Dashboard'}",
+        doc="resource name used in permission_checks -> 'app_label.ModelName'",
+    ),
+    "CONFIRMATION_TTL": Setting(
+        default=600,
+        accepts=_number(),
+        expected="a positive number",
+        example="600",
+        doc="seconds a pending action waits for confirmation",
+    ),
+    "PLANNER": Setting(
+        default="keywords",
+        accepts=_one_of("keywords", "llm"),
+        expected="one of ('keywords', 'llm')",
+        example="'keywords'",
+        doc="'keywords' (offline) or 'llm'",
+    ),
+    "THROTTLE_RATE": Setting(
+        default="120/min",
+        accepts=_is_rate,
+        expected="a rate like '120/min' (per s, min, hour or day) or None",
+        example="'120/min'",
+        doc="turns and API requests per user; None disables",
+    ),
+    "MAX_MESSAGE_LENGTH": Setting(
+        default=4000,
+        accepts=_positive_int,
+        expected="a positive integer",
+        example="4000",
+        doc="longest user message accepted, in characters",
+    ),
+    "REDACTED": Setting(
+        default="[redacted]",
+        accepts=_is_str,
+        expected="a string",
+        example="'[redacted]'",
+        doc="what replaces a sensitive entity's value wherever it would be stored or shown",
+    ),
+    "AUTODISCOVER": Setting(
+        default=True,
+        accepts=_is_bool,
+        expected="True or False",
+        example="True",
+        doc="import each installed app's assistant_tools module at start-up",
+    ),
+    "WEBSOCKET_PATH": Setting(
+        default="/ws/assistant/",
+        accepts=_is_path,
+        expected="a path starting and ending with '/'",
+        example="'/ws/assistant/'",
+        doc="where the project routes AssistantConsumer (the chat page connects there)",
+    ),
+    "MAX_CONCURRENT_TURNS": Setting(
+        default=32,
+        accepts=_positive_int,
+        expected="a positive integer",
+        example="32",
+        doc="turns running at once in one server process; more wait for a free slot",
+    ),
+    # Changes made through the ORM reach every process at once over the channel layer; this
+    # bounds the rest (queryset.update(), raw SQL). 0: every turn.
+    "ACCESS_MAX_AGE": Setting(
+        default=60.0,
+        accepts=_number(strict=False),
+        expected="a number of seconds, 0 or more",
+        example="60",
+        doc="seconds an open chat may reuse what it read of its user's permissions and flags",
+    ),
+    "JOB_QUEUE": Setting(
+        default="default",
+        accepts=lambda value: isinstance(value, str) and bool(value),
+        expected="a queue name",
+        example="'default'",
+        doc="the Tasks queue jobs go to",
+    ),
+    "JOB_HEARTBEAT": Setting(
+        default=5.0,
+        accepts=_number(),
+        expected="a positive number of seconds",
+        example="5",
+        doc="seconds between a running job's heartbeats",
+    ),
+    "JOB_STALE_AFTER": Setting(
+        default=60.0,
+        accepts=_number(),
+        expected="a positive number of seconds",
+        example="60",
+        doc="silence after which the reaper fails a job",
+    ),
+    "JOB_RELAY_INTERVAL": Setting(
+        default=0.5,
+        accepts=_number(),
+        expected="a positive number of seconds",
+        example="0.5",
+        doc="how often web processes relay job progress to the chat",
+    ),
+    "EVENT_LOG": Setting(
+        default=None,
+        accepts=_is_redis_url,
+        expected="None or a redis:// URL",
+        example="'redis://127.0.0.1:6379/0'",
+        doc="where recent events are kept for replay: None (this process's memory) or Redis",
+    ),
+    "EVENT_LOG_KEEP": Setting(
+        default=1000,
+        accepts=_positive_int,
+        expected="a positive integer",
+        example="1000",
+        doc="recent events kept per conversation for replay",
+    ),
+    "EVENT_LOG_TTL": Setting(
+        default=86400,
+        accepts=_positive_int,
+        expected="a positive integer (seconds)",
+        example="86400",
+        doc="seconds a conversation's replay log outlives its last event",
+    ),
+    "LLM": Setting(
+        default={},
+        accepts=_is_dict,
+        expected="a dict",
+        example="{'MODEL': 'gpt-4o-mini'}",
+        doc="the LLM planner and llm_review: any OpenAI-compatible chat-completions endpoint",
     ),
 }
+
+LLM_SETTINGS: dict[str, Setting] = {
+    "BASE_URL": Setting(
+        default=None,
+        accepts=lambda value: (
+            value is None or (isinstance(value, str) and value.startswith(("http://", "https://")))
+        ),
+        expected="None or an http(s) URL",
+        example="'http://127.0.0.1:11434/v1'",
+        doc="None: the openai package's default (api.openai.com)",
+    ),
+    "MODEL": Setting(
+        default=None,
+        accepts=_optional_str,
+        expected="a model name",
+        example="'gpt-4o-mini'",
+        doc="the model to ask (required with PLANNER = 'llm')",
+    ),
+    "API_KEY_ENV": Setting(
+        default="OPENAI_API_KEY",
+        accepts=_any_str_or_none,
+        expected="the name of an environment variable, or None",
+        example="'OPENAI_API_KEY'",
+        doc="the environment variable holding the key",
+    ),
+    "TIMEOUT": Setting(
+        default=30.0,
+        accepts=_number(),
+        expected="a positive number of seconds",
+        example="30",
+        doc="seconds for the whole request, and between streamed chunks",
+    ),
+    "MAX_STEPS": Setting(
+        default=5,
+        accepts=_positive_int,
+        expected="a positive integer",
+        example="5",
+        doc="model calls per turn (each may call tools)",
+    ),
+    "MAX_HISTORY": Setting(
+        default=20,
+        accepts=lambda value: isinstance(value, int) and not isinstance(value, bool) and value >= 0,
+        expected="an integer, 0 or more",
+        example="20",
+        doc="earlier messages of the conversation sent along",
+    ),
+    "FALLBACK_TO_KEYWORDS": Setting(
+        default=False,
+        accepts=_is_bool,
+        expected="True or False",
+        example="False",
+        doc="on a dead endpoint, answer with the keyword planner",
+    ),
+    "TEMPERATURE": Setting(
+        default=0.2,
+        accepts=_number(strict=False),
+        expected="a number, 0 or more",
+        example="0.2",
+        doc="sampling temperature",
+    ),
+    "SYSTEM_PROMPT": Setting(
+        default=(
+            "You are the assistant of a Django application. Use the tools to act; never invent "
+            "results. Risky tools ask the user for confirmation: say so plainly. Be brief."
+        ),
+        accepts=lambda value: isinstance(value, str) and bool(value.strip()),
+        expected="a non-empty string",
+        example="'You are ...'",
+        doc="the system message of every request",
+    ),
+}
+
+DEFAULTS: dict[str, Any] = {name: spec.default for name, spec in SETTINGS.items()}
+LLM_DEFAULTS: dict[str, Any] = {name: spec.default for name, spec in LLM_SETTINGS.items()}
+
+
+def nearest(name: Any, known: dict[str, Setting]) -> str | None:
+    """The known key a misspelt one most likely meant, if any is close."""
+    matches = difflib.get_close_matches(str(name).upper(), list(known), n=1, cutoff=0.6)
+    return matches[0] if matches else None
 
 
 class AssistantSettings:

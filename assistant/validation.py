@@ -397,7 +397,8 @@ def run_due_validations(now: datetime | None = None) -> list[ValidationRun]:
 
 def llm_configured() -> bool:
     config = assistant_settings.llm
-    return bool(config["BASE_URL"] or os.environ.get(config["API_KEY_ENV"] or ""))
+    reachable = config["BASE_URL"] or os.environ.get(config["API_KEY_ENV"] or "")
+    return bool(config["MODEL"] and reachable)
 
 
 DEFAULT_PROMPT = (

@@ -73,6 +73,8 @@ CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}
 # Jobs run at once in the test process; tests that need a real worker switch to the database
 # backend and start `db_worker`.
 TASKS = {"default": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"}}
+# Deliberate here: one process (the in-memory layer even on PostgreSQL), jobs run inline.
+SILENCED_SYSTEM_CHECKS = ["assistant.W002", "assistant.W003"]
 
 AUTHENTICATION_BACKENDS = [
     "django.contrib.auth.backends.ModelBackend",

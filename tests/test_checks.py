@@ -1,5 +1,6 @@
 """System checks: every ``assistant.*`` id, over the ASSISTANT settings and the tool registry."""
 
+import sys
 from io import StringIO
 from typing import Any
 
@@ -9,7 +10,14 @@ from django.core.management import call_command
 from django.test import override_settings
 
 from assistant import ToolCall, ToolResult, assistant_tool
-from assistant.checks import check_settings, tool_errors
+from assistant.checks import (
+    check_planner,
+    check_services,
+    check_settings,
+    service_problems,
+    tool_errors,
+)
+from assistant.conf import LLM_SETTINGS, SETTINGS
 from assistant.registry import ToolRegistry, registry
 
 
@@ -18,7 +26,12 @@ def ids(messages: Any) -> list[str]:
 
 
 def assistant_messages(messages: Any) -> list[Any]:
-    return [message for message in messages if (message.id or "").startswith("assistant.")]
+    """The assistant's messages the project did not silence (as ``manage.py check`` shows)."""
+    return [
+        message
+        for message in messages
+        if (message.id or "").startswith("assistant.") and not message.is_silenced()
+    ]
 
 
 # --- the project as configured ---------------------------------------------------------------
@@ -41,7 +54,8 @@ def test_manage_py_check_passes():
 
 
 def test_the_checks_are_registered_with_django():
-    with override_settings(ASSISTANT={"PLANNER": "oracle", "COLOUR": "blue"}):
+    configured = {"RESOURCES": {"orders": "testapp.Order", "dashboards": "dashboards.Dashboard"}}
+    with override_settings(ASSISTANT={**configured, "PLANNER": "oracle", "COLOUR": "blue"}):
         messages = assistant_messages(run_checks(tags=["assistant"]))
 
     assert ids(messages) == ["assistant.E002", "assistant.W001"]
@@ -340,3 +354,173 @@ def test_a_validation_task_naming_an_unregistered_rule_is_e007():
     errors = check_validation_rules(databases=["default"])
     assert [(error.id, error.obj) for error in errors] == [("assistant.E007", task)]
     assert "'gone_rule'" in errors[0].msg
+
+
+# --- every key typed, LLM's too -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", sorted(SETTINGS))
+def test_every_setting_accepts_its_default_and_refuses_a_stray_object(key):
+    with override_settings(ASSISTANT={key: SETTINGS[key].default}):
+        assert check_settings() == []
+    with override_settings(ASSISTANT={key: object()}):
+        messages = check_settings()
+
+    assert ids(messages) == ["assistant.E002"]
+    assert f"ASSISTANT[{key!r}] must be" in messages[0].msg
+
+
+@pytest.mark.parametrize("key", sorted(LLM_SETTINGS))
+def test_every_llm_setting_is_checked_too(key):
+    with override_settings(ASSISTANT={"LLM": {key: LLM_SETTINGS[key].default}}):
+        assert check_settings() == []
+    with override_settings(ASSISTANT={"LLM": {key: object()}}):
+        messages = check_settings()
+
+    assert ids(messages) == ["assistant.E002"]
+    assert f"ASSISTANT['LLM'][{key!r}] must be" in messages[0].msg
+
+
+@pytest.mark.parametrize(
+    ("where", "typo", "meant"),
+    [
+        ({}, "PLANER", "PLANNER"),
+        ({}, "confirmation_ttl", "CONFIRMATION_TTL"),
+        ({}, "EVENTLOG", "EVENT_LOG"),
+        ({"LLM": True}, "MODLE", "MODEL"),
+        ({"LLM": True}, "BASEURL", "BASE_URL"),
+    ],
+)
+def test_w001_an_unknown_key_names_the_nearest_known_one(where, typo, meant):
+    configured = {"LLM": {typo: "x"}} if where else {typo: "x"}
+    with override_settings(ASSISTANT=configured):
+        messages = check_settings()
+
+    assert ids(messages) == ["assistant.W001"]
+    assert f"[{typo!r}]" in messages[0].msg
+    assert messages[0].hint.startswith(f"Did you mean {meant!r}?")
+
+
+def test_a_key_nothing_resembles_gets_the_list_only():
+    with override_settings(ASSISTANT={"COLOUR": "blue"}):
+        (message,) = check_settings()
+
+    assert message.id == "assistant.W001"
+    assert message.hint.startswith("Known settings: ")
+
+
+# --- services the chat relies on --------------------------------------------------------------
+
+
+SQLITE = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+POSTGRES = {"default": {"ENGINE": "django.db.backends.postgresql", "NAME": "db"}}
+REDIS_LAYER = {"default": {"BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer"}}
+MEMORY_LAYER = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+DB_TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
+
+
+@pytest.mark.parametrize(
+    "layers", [None, {}, {"other": MEMORY_LAYER["default"]}, {"default": {}}, ["default"]]
+)
+def test_e008_no_channel_layer(layers):
+    assert ids(service_problems(layers, SQLITE, DB_TASKS)) == ["assistant.E008"]
+
+
+def test_e008_through_django_when_channel_layers_is_missing(settings):
+    del settings.CHANNEL_LAYERS
+
+    assert "assistant.E008" in ids(check_services())
+
+
+@pytest.mark.parametrize(
+    ("layers", "databases", "expected"),
+    [
+        (MEMORY_LAYER, SQLITE, []),
+        (MEMORY_LAYER, POSTGRES, ["assistant.W002"]),
+        (MEMORY_LAYER, {**SQLITE, "reports": POSTGRES["default"]}, ["assistant.W002"]),
+        (REDIS_LAYER, POSTGRES, []),
+        (REDIS_LAYER, SQLITE, []),
+    ],
+)
+def test_w002_the_in_memory_layer_beside_a_server_database(layers, databases, expected):
+    assert ids(service_problems(layers, databases, DB_TASKS)) == expected
+
+
+@pytest.mark.parametrize(
+    ("tasks", "expected"),
+    [
+        ({"default": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"}}, True),
+        ({"default": {"BACKEND": "django.tasks.backends.dummy.DummyBackend"}}, True),
+        ({"default": {"BACKEND": "django_tasks.backends.immediate.ImmediateBackend"}}, True),
+        (None, True),  # Django's own default is the immediate backend
+        (DB_TASKS, False),
+    ],
+)
+def test_w003_jobs_would_run_inline_or_never(tasks, expected):
+    messages = service_problems(MEMORY_LAYER, SQLITE, tasks)
+
+    assert ids(messages) == (["assistant.W003"] if expected else [])
+    if expected:
+        assert "db_worker" in messages[0].hint
+
+
+def test_the_test_project_silences_what_it_does_deliberately():
+    messages = check_services()  # jobs inline in tests; on PostgreSQL the in-memory layer too
+
+    assert "assistant.W003" in ids(messages)
+    assert all(message.is_silenced() for message in messages)
+
+
+# --- the LLM planner --------------------------------------------------------------------------
+
+
+def test_the_llm_planner_with_a_model_and_openai_passes():
+    with override_settings(ASSISTANT={"PLANNER": "llm", "LLM": {"MODEL": "gpt-4o-mini"}}):
+        assert check_planner() == []
+
+
+def test_e010_the_llm_planner_without_a_model():
+    with override_settings(ASSISTANT={"PLANNER": "llm"}):
+        assert ids(check_planner()) == ["assistant.E010"]
+    with override_settings(ASSISTANT={"PLANNER": "llm", "LLM": {"MODEL": ""}}):
+        assert ids(check_planner()) == ["assistant.E010"]
+
+
+def test_e009_the_llm_planner_without_the_openai_package(monkeypatch):
+    monkeypatch.setitem(sys.modules, "openai", None)  # as if it were not installed
+
+    with override_settings(ASSISTANT={"PLANNER": "llm", "LLM": {"MODEL": "m"}}):
+        messages = check_planner()
+
+    assert ids(messages) == ["assistant.E009"]
+    assert "[llm]" in messages[0].hint
+
+
+def test_the_keyword_planner_needs_neither(monkeypatch):
+    monkeypatch.setitem(sys.modules, "openai", None)
+    with override_settings(ASSISTANT={"PLANNER": "keywords"}):
+        assert check_planner() == []
+
+
+# --- a resource mapping probably forgotten ----------------------------------------------------
+
+
+def test_w004_an_unmapped_resource_named_like_an_installed_model(site):
+    declare(site, "read_orders", permission_checks=[("orders", "READ")])
+    declare(site, "change_orders", permission_checks=[("orders", "UPDATE")])
+    declare(site, "read_reports", permission_checks=[("reports", "READ")])
+
+    with override_settings(ASSISTANT={"RESOURCES": {}}):
+        messages = list(tool_errors(site))
+
+    assert ids(messages) == ["assistant.W004"]
+    assert messages[0].level == WARNING
+    assert "change_orders, read_orders" in messages[0].msg
+    assert "Did you mean ASSISTANT['RESOURCES'] = {'orders': 'testapp.Order'}?" in messages[0].hint
+
+
+def test_w004_not_for_a_mapped_resource(site):
+    declare(site, "read_orders", permission_checks=[("orders", "READ")])
+
+    with override_settings(ASSISTANT={"RESOURCES": {"orders": "testapp.Order"}}):
+        assert list(tool_errors(site)) == []

@@ -468,6 +468,18 @@ def test_an_endpoint_that_only_keeps_the_connection_warm_is_bounded_by_the_timeo
     assert of_type(turn, "RUN_ERROR")[0]["code"] == "llm_unavailable"
 
 
+def test_no_model_configured_fails_the_turn_without_asking_anyone(use_llm, plain_user):
+    peer = use_llm(MODEL=None)
+
+    turn = run_turn(plain_user, "hello")
+
+    failure = of_type(turn, "RUN_ERROR")[0]
+    assert failure["code"] == "llm_unavailable"
+    assert "MODEL" in failure["message"]
+    assert peer.requests == []
+    assert stored(turn.conversation)[0] == ("user", "hello", "complete")
+
+
 def test_a_dropped_connection_midway_fails_without_falling_back(use_llm, plain_user):
     use_llm(FALLBACK_TO_KEYWORDS=True).script(text("Half an ans", then="drop"))
 

@@ -515,7 +515,7 @@ def test_an_llm_answer_that_is_no_verdict_is_a_warning_never_a_pass(run_now, llm
 def test_an_unreachable_llm_is_a_warning(run_now, settings):
     settings.ASSISTANT = {
         **django_settings.ASSISTANT,
-        "LLM": {"BASE_URL": closed_port_url(), "TIMEOUT": 2},
+        "LLM": {"BASE_URL": closed_port_url(), "MODEL": "test-model", "TIMEOUT": 2},
     }
     Order.objects.create(reference="ORD-1")
 

@@ -36,6 +36,8 @@ class LLMUnavailable(AssistantError):
 
 
 def make_client(config: dict[str, Any]) -> openai.AsyncOpenAI:
+    if not config["MODEL"]:
+        raise LLMUnavailable("No language model is configured (ASSISTANT['LLM']['MODEL']).")
     return openai.AsyncOpenAI(
         base_url=config["BASE_URL"],
         api_key=os.environ.get(config["API_KEY_ENV"] or "", "") or "not-needed",
