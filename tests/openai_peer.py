@@ -55,6 +55,7 @@ class Reply:
     stall_before: float = 0.0  # seconds before the response headers
     trickle: float = 0.0  # seconds of SSE keep-alive comments before the first chunk
     then: Literal["done", "stall", "drop"] = "done"
+    chunks: tuple[dict[str, Any], ...] | None = None  # played verbatim instead (stream shapes)
 
     @property
     def finish_reason(self) -> str:
@@ -69,6 +70,11 @@ def text(*deltas: str, then: Literal["done", "stall", "drop"] = "done") -> Reply
 def tool_calls(*calls: ToolCallSpec, said: tuple[str, ...] = ()) -> Reply:
     """Tool calls (after some words, if ``said``), their arguments interleaved by index."""
     return Reply(deltas=said, calls=calls)
+
+
+def raw(*chunks: dict[str, Any]) -> Reply:
+    """Exactly these chunk bodies, in order, then ``[DONE]`` (the stream shapes of real servers)."""
+    return Reply(chunks=chunks)
 
 
 def error(status: int, message: str, kind: str = "server_error") -> Reply:
@@ -216,6 +222,9 @@ def _chunk(model: str, delta: dict[str, Any], finish_reason: str | None = None) 
 
 
 def _chunks(reply: Reply, model: str) -> Iterator[dict[str, Any]]:
+    if reply.chunks is not None:
+        yield from reply.chunks
+        return
     yield _chunk(model, {"role": "assistant", "content": ""})
     for delta in reply.deltas:
         yield _chunk(model, {"content": delta})
@@ -292,3 +301,19 @@ def openai_peer() -> Iterator[Peer]:
         server.server_close()
         thread.join(timeout=5)
         assert not thread.is_alive(), "the OpenAI test peer did not shut down"
+
+
+@pytest.fixture
+def use_llm(settings: Any, openai_peer: Peer) -> Any:
+    """Switch the project to the LLM planner on the peer; keyword arguments override LLM keys."""
+    from django.conf import settings as django_settings
+
+    def configure(**llm: Any) -> Peer:
+        settings.ASSISTANT = {
+            **django_settings.ASSISTANT,
+            "PLANNER": "llm",
+            "LLM": {"BASE_URL": openai_peer.url, "MODEL": "test-model", "TIMEOUT": 5, **llm},
+        }
+        return openai_peer
+
+    return configure

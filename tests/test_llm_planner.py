@@ -20,27 +20,13 @@ from assistant.planner.llm import FALLBACK_NOTICE, RESULT_LIMIT
 from assistant.registry import registry
 from assistant.runner import group_name
 from tests.openai_peer import call, closed_port_url, error, stall, text, tool_calls, trickle
-from tests.openai_peer import openai_peer as openai_peer  # the fixture
+from tests.openai_peer import openai_peer as openai_peer  # the fixtures
+from tests.openai_peer import use_llm as use_llm
 from tests.testapp.models import Order
 
 pytestmark = pytest.mark.django_db
 
 SECRET = "hunter2-correct-horse"
-
-
-@pytest.fixture
-def use_llm(settings, openai_peer):
-    """Switch the project to the LLM planner on the peer; keyword arguments override LLM keys."""
-
-    def configure(**llm):
-        settings.ASSISTANT = {
-            **django_settings.ASSISTANT,
-            "PLANNER": "llm",
-            "LLM": {"BASE_URL": openai_peer.url, "MODEL": "test-model", "TIMEOUT": 5, **llm},
-        }
-        return openai_peer
-
-    return configure
 
 
 def of_type(turn, kind):

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import openai
@@ -133,7 +134,7 @@ class LLMPlanner:
     ) -> list[dict[str, str]]:
         """One streamed model call: speak its text, return the tool calls it made."""
         text: list[str] = []
-        calls: dict[int, dict[str, str]] = {}
+        calls = StreamedCalls()
         timeout = float(config["TIMEOUT"])
         try:
             stream: Any = await client.chat.completions.create(
@@ -144,19 +145,17 @@ class LLMPlanner:
                 stream=True,
             )
             async for chunk in _bounded(stream, timeout):
-                for choice in chunk.choices:
+                # Usage-only and keep-alive chunks have no choices (Azure, Mistral, OpenAI).
+                for choice in chunk.choices or ():
                     delta = choice.delta
+                    if delta is None:
+                        continue
+                    # Reasoning deltas (reasoning_content, reasoning) are never the answer.
                     if delta.content:
                         text.append(delta.content)
                         await turn.say(delta.content)
-                    for part in delta.tool_calls or []:
-                        slot = calls.setdefault(part.index, {"id": "", "name": "", "arguments": ""})
-                        if part.id:
-                            slot["id"] = part.id
-                        if part.function and part.function.name:
-                            slot["name"] += part.function.name
-                        if part.function and part.function.arguments:
-                            slot["arguments"] += part.function.arguments
+                    for part in delta.tool_calls or ():
+                        calls.add(part)
         except openai.APIStatusError as exc:
             raise LLMUnavailable(
                 f"The language model answered {exc.status_code}: {_short(exc)}", code="llm_error"
@@ -165,25 +164,90 @@ class LLMPlanner:
             raise LLMUnavailable("The language model did not answer in time.") from exc
         except openai.APIError as exc:
             raise LLMUnavailable(f"The language model is unreachable: {_short(exc)}") from exc
-        ordered = [calls[index] for index in sorted(calls)]
-        for position, call in enumerate(ordered):
-            call["id"] = call["id"] or f"call_{turn.run_id[:8]}_{len(messages)}_{position}"
+        ordered = calls.finished(prefix=f"call_{turn.run_id[:8]}_{len(messages)}")
         if ordered:
             messages.append(
                 {
                     "role": "assistant",
                     "content": "".join(text) or None,
-                    "tool_calls": [
-                        {
-                            "id": call["id"],
-                            "type": "function",
-                            "function": {"name": call["name"], "arguments": call["arguments"]},
-                        }
-                        for call in ordered
-                    ],
+                    "tool_calls": [call.as_message() for call in ordered],
                 }
             )
-        return ordered
+        return [call.as_intent() for call in ordered]
+
+
+@dataclass(kw_only=True, slots=True)
+class StreamedCall:
+    """One tool call being put together from streamed deltas."""
+
+    index: int | None
+    id: str = ""
+    name: str = ""
+    arguments: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. Gemini's extra_content
+
+    def as_message(self) -> dict[str, Any]:
+        """The call as the assistant message sent back on the next step (extras included)."""
+        return {
+            **self.extra,
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+    def as_intent(self) -> dict[str, str]:
+        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+
+class StreamedCalls:
+    """Merges tool-call deltas by (index, id), as OpenAI-compatible servers really send them.
+
+    A new non-empty id at an occupied index starts a new call (Ollama, vLLM: every call at
+    index 0); a delta without an index goes by id, or continues the last call unless it names
+    a new one (Gemini, proxies); a delta repeating the full name sets it (llama.cpp).
+    """
+
+    def __init__(self) -> None:
+        self.calls: list[StreamedCall] = []
+        self._at_index: dict[int, StreamedCall] = {}
+        self._by_id: dict[str, StreamedCall] = {}
+
+    def add(self, part: Any) -> None:
+        function = getattr(part, "function", None)
+        name = (getattr(function, "name", None) or "") if function is not None else ""
+        arguments = (getattr(function, "arguments", None) or "") if function is not None else ""
+        call = self._slot(getattr(part, "index", None), getattr(part, "id", None) or "", name)
+        if name and not (call.name and call.name.endswith(name)):
+            # A repeated or growing full name replaces; a genuinely new fragment appends.
+            call.name = name if name.startswith(call.name) else call.name + name
+        call.arguments += arguments
+        extra = getattr(part, "model_extra", None) or {}
+        call.extra.update({key: value for key, value in extra.items() if value is not None})
+
+    def _slot(self, index: int | None, call_id: str, name: str) -> StreamedCall:
+        if call_id and call_id in self._by_id:
+            return self._by_id[call_id]
+        current = self._at_index.get(index) if index is not None else None
+        if index is None and not call_id and self.calls and not (name and self.calls[-1].name):
+            current = self.calls[-1]  # an index-less continuation of the last call
+        if current is not None and not (call_id and current.id and current.id != call_id):
+            if call_id and not current.id:
+                current.id = call_id
+                self._by_id[call_id] = current
+            return current
+        call = StreamedCall(index=index, id=call_id)
+        self.calls.append(call)
+        if index is not None:
+            self._at_index[index] = call
+        if call_id:
+            self._by_id[call_id] = call
+        return call
+
+    def finished(self, *, prefix: str) -> list[StreamedCall]:
+        """The calls in the order they were opened; a call the model left without an id gets one."""
+        for position, call in enumerate(self.calls):
+            call.id = call.id or f"{prefix}_{position}"
+        return [call for call in self.calls if call.name or call.arguments]
 
 
 async def _bounded(stream: Any, seconds: float) -> AsyncIterator[Any]:
