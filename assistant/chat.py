@@ -158,6 +158,9 @@ class Turn:
         self._parts: list[str] = []
         self._text_open = False
         self.publisher = Publisher(self.thread_id)
+        self.model = ""  # the language model that answered, if one did
+        self.usage: dict[str, int] = {}  # its tokens, summed over the turn's model calls
+        self._step_usage: dict[str, int] | None = None
 
     @property
     def text(self) -> str:
@@ -179,6 +182,19 @@ class Turn:
             await self.emit(events.text_start(self.message_id))
         self._parts.append(delta)
         await self.emit(events.text_content(self.message_id, delta))
+
+    def count_usage(self, model: str, usage: dict[str, int] | None) -> None:
+        """Note a model call's reported usage; servers that repeat it cumulatively count once."""
+        self.model = model or self.model
+        if usage is not None:
+            self._step_usage = usage
+
+    def end_step(self) -> None:
+        """Add the finished model call's usage to the turn's."""
+        if self._step_usage is not None:
+            for name, value in self._step_usage.items():
+                self.usage[name] = self.usage.get(name, 0) + value
+        self._step_usage = None
 
     async def announce_call(self, tool_call_id: str, operation: str, arguments: str) -> None:
         await self.emit(events.tool_call_start(tool_call_id, operation, self.message_id))
@@ -265,6 +281,10 @@ class Turn:
             status=status,
             tool_calls=self.records,
             actions=actions,
+            model=self.model[:200],
+            prompt_tokens=self.usage.get("prompt_tokens"),
+            completion_tokens=self.usage.get("completion_tokens"),
+            total_tokens=self.usage.get("total_tokens"),
         )
         self.conversation.touch()
         return message

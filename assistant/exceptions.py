@@ -123,3 +123,10 @@ class ToolTimeout(AssistantError):
 
     code = "timeout"
     status = 504
+
+
+class BudgetExceeded(AssistantError):
+    """The user has used up their language-model budget (tokens per day or turns per minute)."""
+
+    code = "budget_exceeded"
+    status = 429

@@ -73,6 +73,11 @@ class Message(models.Model):
     tool_calls = models.JSONField(default=list, blank=True, encoder=DjangoJSONEncoder)
     actions = models.JSONField(default=list, blank=True, encoder=DjangoJSONEncoder)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
+    # What a language model spent on an assistant turn (empty for keyword turns).
+    model = models.CharField(max_length=200, blank=True)
+    prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
+    completion_tokens = models.PositiveIntegerField(null=True, blank=True)
+    total_tokens = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["created_at", "id"]
@@ -231,6 +236,7 @@ class AuditEntry(models.Model):
         TIMEOUT = "timeout"
         UNAVAILABLE = "unavailable"
         NOT_READY = "not_ready"
+        OVER_BUDGET = "over_budget"
 
     id = models.BigAutoField(primary_key=True)
     created_at = models.DateTimeField(default=timezone.now, editable=False)

@@ -21,6 +21,8 @@ from typing import Any, Literal
 
 import pytest
 
+# What the peer reports for each streamed reply when asked (stream_options.include_usage).
+USAGE = {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}
 LONGEST_STALL = 30.0  # seconds; a stall also ends the moment the peer shuts down
 _ids = itertools.count(1)
 
@@ -105,6 +107,7 @@ class Peer:
     url: str = ""
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
+    refuses_stream_options: bool = False  # answer 400, as some older local servers do
     _queue: deque[Reply] = field(default_factory=deque)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stopping: threading.Event = field(default_factory=threading.Event)
@@ -130,6 +133,9 @@ class Peer:
             self.requests.append(body)
             self.headers.append(headers)
             self._received.notify_all()
+        if self.refuses_stream_options and "stream_options" in body:
+            message = "Unrecognized request argument supplied: stream_options"
+            return error(400, message, "invalid_request_error")
         with self._lock:
             if self._queue:
                 return self._queue.popleft()
@@ -179,6 +185,10 @@ class _Handler(BaseHTTPRequestHandler):
                 return
         for chunk in _chunks(reply, model):
             self._write_chunk(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        asked = (body.get("stream_options") or {}).get("include_usage")
+        if asked and reply.chunks is None and reply.then == "done":
+            usage_only = {**_chunk(model, {}), "choices": [], "usage": USAGE}
+            self._write_chunk(b"data: " + json.dumps(usage_only).encode() + b"\n\n")
         if reply.then == "drop":
             self.connection.shutdown(socket.SHUT_RDWR)
             return

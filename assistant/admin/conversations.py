@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import Count, QuerySet
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.db.models import Count, QuerySet, Sum
+from django.db.models.functions import TruncDate
 from django.http import HttpRequest
-from django.urls import reverse
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
@@ -46,28 +50,104 @@ class MessageInline(admin.TabularInline):  # type: ignore[type-arg]
 
 @admin.register(Conversation)
 class ConversationAdmin(ReadOnlyAdmin):
-    list_display = ["title", "user", "message_count", "updated_at", "audit_link"]
+    list_display = ["title", "user", "message_count", "tokens", "updated_at", "audit_link"]
     search_fields = ["title", "=user__username", "=id"]
-    fields = ["id", "user", "title", "created_at", "updated_at", "audit_link"]
+    fields = ["id", "user", "title", "created_at", "updated_at", "tokens", "audit_link"]
     readonly_fields = list(fields)  # type: ignore[arg-type]
     inlines = [MessageInline]
     list_select_related = ["user"]
     show_full_result_count = False
+    change_list_template = "admin/assistant/conversation/change_list.html"
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return super(ReadOnlyAdmin, self).has_delete_permission(request, obj)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Conversation]:
-        return super().get_queryset(request).annotate(message_count=Count("messages"))
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(message_count=Count("messages"), tokens=Sum("messages__total_tokens"))
+        )
 
     @admin.display(description="messages", ordering="message_count")
     def message_count(self, conversation: Any) -> int:
         return int(getattr(conversation, "message_count", 0))
 
+    @admin.display(description="LLM tokens", ordering="tokens")
+    def tokens(self, conversation: Any) -> str:
+        spent = getattr(conversation, "tokens", None)
+        return f"{spent:,}" if spent else "-"
+
+    def get_urls(self) -> list[Any]:
+        usage = self.admin_site.admin_view(self.usage_view)
+        return [
+            path("usage/", usage, name="assistant_conversation_usage"),
+            *super().get_urls(),
+        ]
+
+    def usage_view(self, request: HttpRequest) -> TemplateResponse:
+        """Language-model tokens per day (with a chart) and per user, over the last 30 days."""
+        if not self.has_view_permission(request):
+            raise DjangoPermissionDenied
+        since = timezone.now() - timedelta(days=USAGE_DAYS)
+        spent = Message.objects.filter(created_at__gte=since).exclude(model="")
+        per_day = _summed(spent.annotate(day=TruncDate("created_at")).values("day"), "day")
+        per_user = _summed(spent.values("conversation__user__username"), "-total")[:50]
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Language-model usage, last {USAGE_DAYS} days",
+            "opts": self.model._meta,
+            "per_day": per_day,
+            "per_user": per_user,
+            "chart": usage_chart(per_day),
+        }
+        return TemplateResponse(request, "admin/assistant/conversation/usage.html", context)
+
     @admin.display(description="audit")
     def audit_link(self, conversation: Conversation) -> str:
         url = reverse("admin:assistant_auditentry_changelist") + f"?q={conversation.pk}"
         return format_html('<a href="{}">audit entries</a>', url)
+
+
+USAGE_DAYS = 30
+
+
+def _summed(groups: Any, order: str) -> list[dict[str, Any]]:
+    """Turns and tokens for each group of model turns."""
+    return list(
+        groups.annotate(
+            turns=Count("id"),
+            prompt=Sum("prompt_tokens"),
+            completion=Sum("completion_tokens"),
+            total=Sum("total_tokens"),
+        ).order_by(order)
+    )
+
+
+def usage_chart(per_day: list[dict[str, Any]]) -> str:
+    """Tokens per day as an SVG bar chart (empty when nothing was spent)."""
+    highest = max((row["total"] or 0 for row in per_day), default=0)
+    if not highest:
+        return ""
+    bars = [
+        (
+            index * 16,
+            122 - max(2, int(120 * (row["total"] or 0) / highest)),
+            max(2, int(120 * (row["total"] or 0) / highest)),
+            f"{row['day']:%Y-%m-%d}: {row['total'] or 0:,} tokens in {row['turns']} turns",
+        )
+        for index, row in enumerate(per_day)
+    ]
+    rects = format_html_join(
+        "",
+        '<rect x="{}" y="{}" width="12" height="{}" fill="#1f5fa8"><title>{}</title></rect>',
+        bars,
+    )
+    return format_html(
+        '<svg width="{}" height="124" role="img" aria-label="tokens per day">{}</svg>',
+        len(bars) * 16,
+        rects,
+    )
 
 
 class WaitingFilter(admin.SimpleListFilter):

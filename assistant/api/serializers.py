@@ -63,7 +63,19 @@ class PendingActionSerializer(serializers.ModelSerializer[PendingAction]):
 class MessageSerializer(serializers.ModelSerializer[Message]):
     class Meta:
         model = Message
-        fields = ["id", "role", "text", "status", "tool_calls", "actions", "created_at"]
+        fields = [
+            "id",
+            "role",
+            "text",
+            "status",
+            "tool_calls",
+            "actions",
+            "created_at",
+            "model",
+            "prompt_tokens",
+            "completion_tokens",
+            "total_tokens",
+        ]
 
 
 class ConversationSerializer(serializers.ModelSerializer[Conversation]):

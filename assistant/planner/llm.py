@@ -14,6 +14,7 @@ import openai
 from asgiref.sync import sync_to_async
 
 from .. import events
+from ..budgets import check_budget
 from ..chat import redact_message
 from ..conf import assistant_settings
 from ..dispatch import Outcome
@@ -78,6 +79,9 @@ class LLMPlanner:
 
     async def run(self, turn: Turn) -> None:
         config = assistant_settings.llm
+        await sync_to_async(check_budget)(
+            turn.user, conversation=turn.conversation, source=turn.source
+        )
         try:
             await self.converse(turn, config)
         except LLMUnavailable as exc:
@@ -137,14 +141,9 @@ class LLMPlanner:
         calls = StreamedCalls()
         timeout = float(config["TIMEOUT"])
         try:
-            stream: Any = await client.chat.completions.create(
-                model=config["MODEL"],
-                messages=messages,  # type: ignore[arg-type]
-                tools=tools or openai.omit,  # type: ignore[arg-type]
-                temperature=config["TEMPERATURE"],
-                stream=True,
-            )
+            stream = await _open_stream(client, config, messages, tools)
             async for chunk in _bounded(stream, timeout):
+                turn.count_usage(chunk.model or config["MODEL"], _usage(chunk))
                 # Usage-only and keep-alive chunks have no choices (Azure, Mistral, OpenAI).
                 for choice in chunk.choices or ():
                     delta = choice.delta
@@ -164,6 +163,8 @@ class LLMPlanner:
             raise LLMUnavailable("The language model did not answer in time.") from exc
         except openai.APIError as exc:
             raise LLMUnavailable(f"The language model is unreachable: {_short(exc)}") from exc
+        finally:
+            turn.end_step()
         ordered = calls.finished(prefix=f"call_{turn.run_id[:8]}_{len(messages)}")
         if ordered:
             messages.append(
@@ -248,6 +249,57 @@ class StreamedCalls:
         for position, call in enumerate(self.calls):
             call.id = call.id or f"{prefix}_{position}"
         return [call for call in self.calls if call.name or call.arguments]
+
+
+# Endpoints that refused ``stream_options`` once (some older local servers do): not asked again.
+_refuses_usage: set[str | None] = set()
+
+
+async def _open_stream(
+    client: openai.AsyncOpenAI,
+    config: dict[str, Any],
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+) -> Any:
+    """Start a streamed completion asking for usage; without it where the server refuses."""
+    request: dict[str, Any] = {
+        "model": config["MODEL"],
+        "messages": messages,
+        "tools": tools or openai.omit,
+        "temperature": config["TEMPERATURE"],
+        "stream": True,
+    }
+    if config["BASE_URL"] not in _refuses_usage:
+        try:
+            return await client.chat.completions.create(
+                **request, stream_options={"include_usage": True}
+            )
+        except openai.BadRequestError as exc:
+            if "stream_options" not in str(exc) and "include_usage" not in str(exc):
+                raise
+            logger.info("%s refuses stream_options; asking without usage", config["BASE_URL"])
+            _refuses_usage.add(config["BASE_URL"])
+    return await client.chat.completions.create(**request)
+
+
+def _usage(chunk: Any) -> dict[str, int] | None:
+    """Token counts wherever a server puts them: ``usage``, or an extension such as Groq's."""
+    usage = getattr(chunk, "usage", None)
+    if usage is None:
+        extra = getattr(chunk, "model_extra", None) or {}
+        for extension in extra.values():
+            if isinstance(extension, dict) and isinstance(extension.get("usage"), dict):
+                usage = extension["usage"]
+                break
+    if usage is None:
+        return None
+    fields = usage if isinstance(usage, dict) else vars(usage)
+    counts = {
+        name: fields.get(name) for name in ("prompt_tokens", "completion_tokens", "total_tokens")
+    }
+    if not any(isinstance(value, int) for value in counts.values()):
+        return None
+    return {name: value if isinstance(value, int) else 0 for name, value in counts.items()}
 
 
 async def _bounded(stream: Any, seconds: float) -> AsyncIterator[Any]:
