@@ -1,0 +1,177 @@
+"""``manage.py assistant_llm_check``: probe the configured LLM endpoint and say what works."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ...conf import assistant_settings
+
+PROBE_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "assistant_probe",
+        "description": "Echo a word back (a connectivity probe).",
+        "parameters": {
+            "type": "object",
+            "properties": {"word": {"type": "string", "description": "the word to echo"}},
+            "required": ["word"],
+        },
+    },
+}
+ONE_CALL = "Call the assistant_probe tool once, with the word 'alpha'. Do not answer in text."
+TWO_CALLS = (
+    "Call the assistant_probe tool twice in parallel, in one reply: once with the word 'alpha' "
+    "and once with the word 'beta'. Do not answer in text."
+)
+
+
+@dataclass(kw_only=True)
+class Answer:
+    """What one probe request streamed back."""
+
+    text: str = ""
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    usage: dict[str, int] | None = None
+
+
+class Command(BaseCommand):
+    help = (
+        "Call the configured language model with tiny probes (a streamed reply, one tool call, "
+        "two parallel tool calls, usage) and print what works and which setting to change."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--base-url", help="probe this endpoint instead of LLM BASE_URL")
+        parser.add_argument("--model", help="probe this model instead of LLM MODEL")
+
+    def handle(self, *args: Any, base_url: str | None, model: str | None, **options: Any) -> None:
+        config = dict(assistant_settings.llm)
+        if base_url:
+            config["BASE_URL"] = base_url
+        if model:
+            config["MODEL"] = model
+        failures = asyncio.run(self.probe(config))
+        if failures:
+            raise CommandError(f"{failures} check(s) failed.", returncode=1)
+        self.stdout.write(self.style.SUCCESS("The language model is ready for the assistant."))
+
+    def report(self, ok: bool | None, what: str, detail: str = "") -> int:
+        mark = {True: "ok  ", False: "FAIL", None: "warn"}[ok]
+        style = {True: self.style.SUCCESS, False: self.style.ERROR, None: self.style.WARNING}[ok]
+        self.stdout.write(style(f"[{mark}] {what}") + (f" — {detail}" if detail else ""))
+        return 1 if ok is False else 0
+
+    async def probe(self, config: dict[str, Any]) -> int:
+        """Run every probe in order; the number of failures (warnings do not count)."""
+        endpoint = config["BASE_URL"] or "the openai package's default (api.openai.com)"
+        key_env = config["API_KEY_ENV"] or ""
+        self.stdout.write(f"Endpoint: {endpoint}")
+        self.stdout.write(f"Model:    {config['MODEL'] or '(none)'}")
+        has_key = bool(os.environ.get(key_env))
+        self.stdout.write(f"API key:  ${key_env} is {'set' if has_key else 'not set'}")
+        if assistant_settings.PLANNER != "llm":
+            self.report(None, "ASSISTANT['PLANNER'] is not 'llm'", "the chat uses keywords")
+        try:
+            from ...planner import llm
+        except ImportError:
+            return self.report(False, "the openai package", "install the [llm] extra")
+        if not config["MODEL"]:
+            return self.report(False, "a model", "set ASSISTANT['LLM']['MODEL']")
+        client = llm.make_client(config)
+        try:
+            return await self.run_probes(llm, client, config)
+        finally:
+            await client.close()
+
+    async def run_probes(self, llm: Any, client: Any, config: dict[str, Any]) -> int:
+        try:
+            reply = await self.ask(llm, client, config, "Reply with the single word: ready", [])
+        except llm.LLMUnavailable as exc:
+            return self.report(False, "a streamed reply", f"{exc.message} {self.hint(exc)}")
+        failures = self.report(
+            bool(reply.text.strip()), "a streamed reply", repr(reply.text.strip()[:60])
+        )
+        try:
+            one = await self.ask(llm, client, config, ONE_CALL, [PROBE_TOOL])
+            two = await self.ask(llm, client, config, TWO_CALLS, [PROBE_TOOL])
+        except llm.LLMUnavailable as exc:
+            return failures + self.report(False, "tool calls", f"{exc.message} {self.hint(exc)}")
+        words = [self.word(call) for call in one.calls]
+        failures += self.report(
+            words == ["alpha"],
+            "one tool call",
+            f"got {len(one.calls)} call(s) {words}"
+            + ("" if words == ["alpha"] else "; use a model (or server flag) with tool calling"),
+        )
+        pair = sorted(self.word(call) for call in two.calls)
+        self.report(
+            True if pair == ["alpha", "beta"] else None,
+            "two parallel tool calls",
+            f"got {len(two.calls)} call(s) {pair}"
+            + ("" if pair == ["alpha", "beta"] else "; the model will call one tool per step"),
+        )
+        usage = reply.usage or one.usage or two.usage
+        refused = config["BASE_URL"] in llm._refuses_usage
+        self.report(
+            True if usage else None,
+            "token usage",
+            f"{usage['total_tokens']} tokens for the reply"
+            if usage and reply.usage
+            else "the server refuses stream_options; budgets cannot count tokens"
+            if refused
+            else "the server reported none; TOKENS_PER_DAY budgets cannot count tokens",
+        )
+        return failures
+
+    async def ask(
+        self, llm: Any, client: Any, config: dict[str, Any], prompt: str, tools: list[Any]
+    ) -> Answer:
+        """One streamed request, merged the way the planner merges it."""
+        answer = Answer()
+        calls = llm.StreamedCalls()
+        messages = [{"role": "user", "content": prompt}]
+        try:
+            stream = await llm._open_stream(client, {**config, "TEMPERATURE": 0}, messages, tools)
+            async for chunk in llm._bounded(stream, float(config["TIMEOUT"])):
+                answer.usage = llm._usage(chunk) or answer.usage
+                for choice in chunk.choices or ():
+                    if choice.delta is None:
+                        continue
+                    answer.text += choice.delta.content or ""
+                    for part in choice.delta.tool_calls or ():
+                        calls.add(part)
+        except llm.openai.APIStatusError as exc:
+            raise llm.LLMUnavailable(
+                f"The endpoint answered {exc.status_code}: {llm._short(exc)}"
+            ) from exc
+        except llm.openai.APIError as exc:
+            raise llm.LLMUnavailable(f"The endpoint is unreachable: {llm._short(exc)}") from exc
+        answer.calls = [call.as_intent() for call in calls.finished(prefix="probe")]
+        return answer
+
+    @staticmethod
+    def word(call: dict[str, Any]) -> str:
+        try:
+            arguments = json.loads(call["arguments"] or "{}")
+        except json.JSONDecodeError:
+            return f"<invalid JSON {call['arguments'][:20]!r}>"
+        if call["name"] != "assistant_probe" or not isinstance(arguments, dict):
+            return f"<{call['name']}>"
+        return str(arguments.get("word", ""))
+
+    @staticmethod
+    def hint(exc: Any) -> str:
+        text = exc.message
+        if "401" in text or "403" in text:
+            return "Check the key in the variable ASSISTANT['LLM']['API_KEY_ENV'] names."
+        if "404" in text:
+            return "Check ASSISTANT['LLM']['MODEL'] (and that BASE_URL ends in /v1)."
+        if "unreachable" in text or "in time" in text or "stopped answering" in text:
+            return "Check ASSISTANT['LLM']['BASE_URL'] and that the server is running."
+        return "Check ASSISTANT['LLM']."
