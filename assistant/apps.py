@@ -9,7 +9,7 @@ class AssistantConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks, tools, validation  # noqa: F401  (checks, built-in tools and rules)
+        from . import checks, evals, tools, validation  # noqa: F401  (checks, built-in tools, rules)
         from .conf import assistant_settings
         from .permissions import create_tool_permissions, watch_access_changes
         from .registry import registry

@@ -24,11 +24,11 @@ class Planner(Protocol):
     async def run(self, turn: Turn) -> None: ...
 
 
-def get_planner() -> Planner:
-    """The planner ``ASSISTANT["PLANNER"]`` names: "keywords" (default) or "llm"."""
+def get_planner(name: str | None = None) -> Planner:
+    """The planner ``name`` or ``ASSISTANT["PLANNER"]`` names: "keywords" (default) or "llm"."""
     from ..conf import assistant_settings
 
-    if assistant_settings.PLANNER == "llm":
+    if (name or assistant_settings.PLANNER) == "llm":
         from .llm import LLMPlanner
 
         return LLMPlanner()
