@@ -41,6 +41,9 @@ DEFAULTS: dict[str, Any] = {
     "EVENT_LOG": None,
     "EVENT_LOG_KEEP": 1000,
     "EVENT_LOG_TTL": 86400,
+    # what a validation task's target_filter may name, per model ("app_label.Model": [fields]);
+    # a model not listed: its own concrete, non-relational fields (a user model's password never)
+    "VALIDATION_FILTER_FIELDS": {},
     # the LLM planner (PLANNER = "llm"): any OpenAI-compatible chat-completions endpoint
     "LLM": {},
 }

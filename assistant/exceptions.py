@@ -123,3 +123,13 @@ class ToolTimeout(AssistantError):
 
     code = "timeout"
     status = 504
+
+
+class InvalidTargetFilter(InvalidEntities):
+    """A validation task's ``target_filter`` names a field, lookup or value it may not use."""
+
+    code = "invalid_target_filter"
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__({"target_filter": f"{key!r}: {problem}"})
+        self.key = key
