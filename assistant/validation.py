@@ -204,10 +204,10 @@ def check_target_filter(model: type[models.Model], target_filter: Any) -> dict[s
                 key, f"use one of the lookups {', '.join(sorted(FILTER_LOOKUPS))}"
             )
         _check_filter_value(key, lookup or "exact", value)
-    try:
-        model._default_manager.filter(**target_filter)  # builds the lookups, runs no query
-    except (FieldError, ValueError, TypeError, DjangoValidationError) as exc:
-        raise InvalidTargetFilter(next(iter(target_filter)), str(exc).splitlines()[0]) from None
+        try:
+            model._default_manager.filter(**{key: value})  # builds the lookup, runs no query
+        except (FieldError, ValueError, TypeError, DjangoValidationError) as exc:
+            raise InvalidTargetFilter(key, str(exc).splitlines()[0]) from None
     return target_filter
 
 

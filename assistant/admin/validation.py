@@ -94,16 +94,19 @@ class ValidationTaskForm(forms.ModelForm):  # type: ignore[type-arg]
         checks: list[tuple[str, Any]] = [("schedule", lambda: self._schedule(parse_schedule))]
         if model is not None:
             checks += [
-                ("target_filter", lambda: check_target_filter(model, data.get("target_filter"))),
-                ("rules", lambda: normalise_rules(data.get("rules"), model._meta.label)),
+                ("target_filter", lambda: check_target_filter(model, data["target_filter"])),
+                ("rules", lambda: normalise_rules(data["rules"], model._meta.label)),
             ]
         for name, check in checks:
             if name not in data:
                 continue  # the field itself was already refused
             try:
-                check()
+                checked = check()
             except InvalidEntities as exc:
                 self.add_error(name, "; ".join(exc.errors.values()))
+            else:
+                if name == "rules":
+                    data["rules"] = checked  # stored as the service stores them
         return data
 
     def _schedule(self, parse: Any) -> None:
