@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from string import Formatter
 from typing import Any
 
 from django.apps import apps
@@ -31,6 +32,7 @@ from .models import ValidationFinding, ValidationRun, ValidationTask
 
 logger = logging.getLogger("assistant.validation")
 Outcome = ValidationFinding.Outcome
+TargetModel = type[models.Model]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -49,6 +51,8 @@ class ValidationRule:
     check: Callable[..., Verdict | Iterable[Verdict]]
     models: tuple[str, ...]  # model labels it applies to; empty: any
     needs_target: bool
+    # (target model, options) -> what is wrong with the options, "" when nothing is
+    check_options: Callable[[TargetModel, dict[str, Any]], str] | None = None
 
 
 class RuleRegistry:
@@ -91,6 +95,7 @@ def validation_rule(
     description: str = "",
     models: Iterable[str] = (),
     needs_target: bool = True,
+    check_options: Callable[[type[models.Model], dict[str, Any]], str] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Declare ``check(target, options, run) -> Verdict | [Verdict]`` as a validation rule."""
 
@@ -102,6 +107,7 @@ def validation_rule(
                 check=check,
                 models=tuple(label.lower() for label in models),
                 needs_target=needs_target,
+                check_options=check_options,
             )
         )
         return check
@@ -272,8 +278,9 @@ def _json_problem(value: Any, depth: int = 0) -> str:
 MAX_RULES = 50
 
 
-def normalise_rules(names: Any, label: str) -> list[dict[str, Any]]:
-    """``[{"name", "options"}]`` from rule names or objects; every rule known for ``label``'s default."""
+def normalise_rules(names: Any, model: type[models.Model]) -> list[dict[str, Any]]:
+    """``[{"name", "options"}]`` from rule names or objects; by default every rule for ``model``."""
+    label = model._meta.label
     if names is None:
         chosen = [{"name": rule.name, "options": {}} for rule in rules.for_model(label)]
         if not chosen:
@@ -293,9 +300,11 @@ def normalise_rules(names: Any, label: str) -> list[dict[str, Any]]:
             raise InvalidEntities(
                 {"rules": f'rule {index}: expected a name or {{"name": ..., "options": {{...}}}}'}
             )
-        rules.get(entry["name"])
+        rule = rules.get(entry["name"])
         options = entry.get("options", {})
         problem = _json_problem(options)
+        if not problem and rule.check_options is not None:
+            problem = rule.check_options(model, options)
         if problem:
             raise InvalidEntities({"rules": f"rule {index}: options: {problem}"})
         normalised.append({"name": entry["name"], "options": options})
@@ -369,7 +378,7 @@ class ValidationTaskService:
     ) -> ValidationTask:
         model, pk = parse_target(target)
         label = model._meta.label
-        chosen = normalise_rules(rules, label)
+        chosen = normalise_rules(rules, model)
         if pk and not viewable(model, owner).filter(pk=pk).exists():
             raise InvalidEntities({"target": f"no {label} with id {pk} that you may view"})
         if target_filter is not None:
@@ -575,12 +584,42 @@ DEFAULT_PROMPT = (
 )
 
 
+def llm_review_options(model: type[models.Model], options: dict[str, Any]) -> str:
+    """``fields`` names only what a target filter may name; the prompt fills in two plain names."""
+    fields = options.get("fields")
+    if fields is not None:
+        allowed = filterable_fields(model)
+        if not isinstance(fields, list) or not all(isinstance(name, str) for name in fields):
+            return "fields: expected a list of field names"
+        refused = [name for name in fields if name not in allowed]
+        if refused:
+            return (
+                f"fields: {refused[0]!r}: {model.__name__} may be read only by its own fields "
+                f"{', '.join(sorted(allowed))}"
+            )
+    for name in ("prompt", "requirement"):
+        if options.get(name) is not None and not isinstance(options[name], str):
+            return f"{name}: expected a text"
+    try:
+        parsed = list(Formatter().parse(options.get("prompt") or ""))
+    except ValueError as exc:
+        return f"prompt: {exc}"
+    for _, field_name, spec, _ in parsed:
+        if field_name not in (None, "requirement", "text") or "{" in (spec or ""):
+            return "prompt: only the plain placeholders {requirement} and {text} are filled in"
+    return ""
+
+
 @validation_rule(
     name="llm_review",
     description="A language model judges each target's text against a requirement",
+    check_options=llm_review_options,
 )
 def llm_review(target: Any, options: dict[str, Any], run: Any) -> Verdict:
     """PASS/FAIL/WARN with a reason from the configured LLM; never a pass without one."""
+    problem = llm_review_options(type(target), options)  # a task stored before these rules
+    if problem:
+        return Verdict(outcome=Outcome.WARN, message=f"the rule's options are refused: {problem}")
     if not llm_configured():
         return Verdict(outcome=Outcome.WARN, message="no LLM configured")
     import openai

@@ -23,6 +23,8 @@ from assistant.validation import (
     validation_rule,
 )
 from dashboards.models import Dashboard, Environment
+from tests.openai_peer import openai_peer as openai_peer  # the fixture
+from tests.openai_peer import text
 from tests.testapp.models import Order
 
 pytestmark = pytest.mark.django_db
@@ -342,6 +344,58 @@ def test_a_malformed_rule_is_a_400_naming_rules(attacker, dashboards, rules):
     assert body["code"] in ("invalid_entities", "invalid")
     assert list(body["errors"]) == ["rules"]
     assert not ValidationTask.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"fields": ["owner"]},
+        {"fields": ["environment_id"]},
+        {"fields": "title"},
+        {"fields": [5]},
+        {"prompt": "{text.__class__.__init__}"},
+        {"prompt": "{text:{requirement.__class__}}"},
+        {"prompt": "{0} {}"},
+        {"prompt": "unbalanced {"},
+        {"requirement": 5},
+    ],
+)
+def test_llm_review_options_that_read_past_the_record_are_a_400(attacker, dashboards, options):
+    response = create(attacker, rules=[{"name": "llm_review", "options": options}])
+
+    assert response.status_code == 400
+    body = response.json()
+    assert body["code"] == "invalid_entities"
+    assert body["errors"]["rules"].startswith("rule 0: options: ")
+    assert not ValidationTask.objects.exists()
+
+
+def test_llm_review_may_read_the_models_own_fields_with_a_plain_prompt(attacker, dashboards):
+    options = {"fields": ["title", "slug"], "prompt": "Does {text!r} meet {requirement}?"}
+
+    response = create(attacker, rules=[{"name": "llm_review", "options": options}])
+
+    assert response.status_code == 201, response.json()
+
+
+def test_a_stored_llm_review_that_reads_a_relation_never_asks_the_llm(
+    settings, openai_peer, admin, dashboards, django_capture_on_commit_callbacks
+):
+    settings.ASSISTANT = {**settings.ASSISTANT, "LLM": {"BASE_URL": openai_peer.url}}
+    openai_peer.script(text('{"verdict": "PASS", "reason": "fine"}'))
+    task = legacy_task(admin, {"slug": "churn"})
+    options = {"fields": ["owner"], "requirement": "the owner's hash starts with pbkdf2"}
+    ValidationTask.objects.filter(pk=task.pk).update(
+        rules=[{"name": "llm_review", "options": options}]
+    )
+    task.refresh_from_db()
+
+    run = run_task(task, django_capture_on_commit_callbacks)
+
+    (finding,) = run.findings.all()
+    assert finding.outcome == "warn"
+    assert finding.message.startswith("the rule's options are refused: fields: 'owner'")
+    assert openai_peer.requests == []
 
 
 @pytest.mark.parametrize(

@@ -95,7 +95,7 @@ class ValidationTaskForm(forms.ModelForm):  # type: ignore[type-arg]
         if model is not None:
             checks += [
                 ("target_filter", lambda: check_target_filter(model, data["target_filter"])),
-                ("rules", lambda: normalise_rules(data["rules"], model._meta.label)),
+                ("rules", lambda: normalise_rules(data["rules"], model)),
             ]
         for name, check in checks:
             if name not in data:
