@@ -135,9 +135,12 @@ def parse_target(target: Any) -> tuple[type[models.Model], str]:
             raise InvalidEntities({"target": f"{label!r} is not an installed model"}) from None
         if pk:
             try:
-                model._meta.pk.to_python(pk)
+                value = model._meta.pk.to_python(pk)
+                if isinstance(value, int) and not (pk.isascii() and pk.isdigit()):
+                    raise ValueError("an integer id is written in the digits 0-9")
             except (ValueError, TypeError, DjangoValidationError):
                 raise InvalidEntities({"target": f"{pk!r} is not an id of {label}"}) from None
+            pk = str(value)
         return model, pk
     raise InvalidEntities({"target": "expected 'app_label.Model' or 'app_label.Model:<pk>'"})
 
