@@ -15,7 +15,7 @@ from tests.testapp.models import Order
 pytestmark = pytest.mark.django_db
 
 API = "/assistant/api"
-BAD_IDS = ["²", "١٢", "9" * 5000, "0", str(2**63), "00000000000000000000001"]
+BAD_IDS = ["²", "\u0661\u0662", "9" * 5000, "0", str(2**63), "00000000000000000000001"]
 
 
 @pytest.fixture
