@@ -11,6 +11,7 @@ import json
 import logging
 import math
 import os
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -214,8 +215,14 @@ def check_target_filter(model: type[models.Model], target_filter: Any) -> dict[s
             )
         _check_filter_value(key, lookup or "exact", value)
         try:
-            model._default_manager.filter(**{key: value})  # builds the lookup, runs no query
-        except (FieldError, ValueError, TypeError, DjangoValidationError) as exc:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", RuntimeWarning)  # a naive date-time, say
+                model._default_manager.filter(**{key: value})  # builds the lookup, runs no query
+        except RuntimeWarning as exc:
+            raise InvalidTargetFilter(key, str(exc)) from None
+        except DjangoValidationError as exc:
+            raise InvalidTargetFilter(key, "; ".join(exc.messages)) from None
+        except (FieldError, ValueError, TypeError) as exc:
             raise InvalidTargetFilter(key, str(exc).splitlines()[0]) from None
     return target_filter
 

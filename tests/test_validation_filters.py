@@ -187,6 +187,9 @@ def test_a_lookup_outside_the_fixed_set_is_refused(attacker, dashboards, key):
         ("title", "x" * 1001),
         ("pk", "not-a-number"),
         ("title\x00", "x"),
+        ("created_at__gte", "2024-01-01"),  # no time zone
+        ("documented_at__range", ["2024-01-01T00:00:00Z", "soon"]),
+        ("published", "maybe"),
     ],
 )
 def test_a_value_of_the_wrong_shape_is_refused_naming_the_key(attacker, dashboards, key, value):
@@ -216,6 +219,10 @@ def test_too_many_lookups_are_refused(attacker, dashboards):
         ({"title__in": ["Churn", "Nope"]}, ["Churn"]),
         ({"pk__range": "first-two"}, ["Revenue", "Churn"]),
         ({"description__isnull": False, "title__gte": "R"}, ["Revenue", "Signups"]),
+        (
+            {"created_at__lt": "2999-01-01T00:00:00+00:00", "version": 1},
+            ["Revenue", "Churn", "Signups"],
+        ),
     ],
 )
 def test_plain_lookups_on_the_models_own_fields_select_the_targets(
