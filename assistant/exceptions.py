@@ -131,5 +131,6 @@ class InvalidTargetFilter(InvalidEntities):
     code = "invalid_target_filter"
 
     def __init__(self, key: str, problem: str) -> None:
-        super().__init__({"target_filter": f"{key!r}: {problem}"})
+        """``key`` is the offending filter key, ``""`` when the filter as a whole is wrong."""
+        super().__init__({"target_filter": f"{key!r}: {problem}" if key else problem})
         self.key = key

@@ -96,7 +96,7 @@ def validation_rule(
     description: str = "",
     models: Iterable[str] = (),
     needs_target: bool = True,
-    check_options: Callable[[type[models.Model], dict[str, Any]], str] | None = None,
+    check_options: Callable[[TargetModel, dict[str, Any]], str] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Declare ``check(target, options, run) -> Verdict | [Verdict]`` as a validation rule."""
 
@@ -197,15 +197,15 @@ def filterable_fields(model: type[models.Model]) -> dict[str, models.Field[Any, 
 def check_target_filter(model: type[models.Model], target_filter: Any) -> dict[str, Any]:
     """The filter if every key is ``field`` or ``field__lookup`` the policy allows, else refused."""
     if not isinstance(target_filter, dict):
-        raise InvalidEntities({"target_filter": "expected an object of field lookups"})
+        raise InvalidTargetFilter("", "expected an object of field lookups")
     if len(target_filter) > MAX_FILTER_KEYS:
-        raise InvalidEntities({"target_filter": f"at most {MAX_FILTER_KEYS} lookups"})
+        raise InvalidTargetFilter("", f"at most {MAX_FILTER_KEYS} lookups")
     allowed = filterable_fields(model)
     for key, value in target_filter.items():
         field_name, _, lookup = str(key).partition("__")
-        if _unstorable(key) or field_name not in allowed:
+        if not isinstance(key, str) or _unstorable(key) or field_name not in allowed:
             raise InvalidTargetFilter(
-                key,
+                str(key),
                 f"{model.__name__} may be filtered only by its own fields "
                 f"{', '.join(sorted(allowed))}",
             )
@@ -282,6 +282,8 @@ def _json_problem(value: Any, depth: int = 0) -> str:
         return "a text holds a NUL or an unpaired surrogate"
     if isinstance(value, float) and not math.isfinite(value):
         return "a number is not finite"
+    if isinstance(value, int) and not isinstance(value, bool) and not -_INT64 <= value < _INT64:
+        return "a number is out of range"
     return "" if value is None or isinstance(value, (str, int, float, bool)) else "not JSON"
 
 

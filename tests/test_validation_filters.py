@@ -206,7 +206,8 @@ def test_too_many_lookups_are_refused(attacker, dashboards):
     response = create(attacker, target_filter={f"title__{i}": "x" for i in range(21)})
 
     assert response.status_code == 400
-    assert list(response.json()["errors"]) == ["target_filter"]
+    assert response.json()["code"] == "invalid_target_filter"
+    assert response.json()["errors"] == {"target_filter": "at most 20 lookups"}
     assert not ValidationTask.objects.exists()
 
 
@@ -267,6 +268,16 @@ def test_the_service_refuses_the_same_filters_as_the_api(admin, dashboards):
 
     assert refused.value.code == "invalid_target_filter"
     assert refused.value.key == "owner__password__startswith"
+    assert not ValidationTask.objects.exists()
+
+
+@pytest.mark.parametrize("target_filter", [{5: "x"}, {None: "x"}, ["title"], "title=Churn"])
+def test_the_service_refuses_a_filter_that_is_not_an_object_of_text_keys(admin, target_filter):
+    with pytest.raises(InvalidTargetFilter):
+        ValidationTaskService.create_task(
+            name="x", target="dashboards.Dashboard", target_filter=target_filter
+        )
+
     assert not ValidationTask.objects.exists()
 
 
