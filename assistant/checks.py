@@ -42,6 +42,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     merged = {**DEFAULTS, **value}
     errors.extend(_value_errors(merged))
     errors.extend(_resource_errors(merged["RESOURCES"]))
+    errors.extend(_filter_field_errors(merged["VALIDATION_FILTER_FIELDS"]))
     return errors
 
 
@@ -105,6 +106,27 @@ def _resource_errors(resources: Any) -> list[CheckMessage]:
                     id="assistant.E003",
                 )
             )
+    return errors
+
+
+def _filter_field_errors(listed: Any) -> list[CheckMessage]:
+    """E002 unless VALIDATION_FILTER_FIELDS maps installed models to their own column names."""
+    key, hint = "VALIDATION_FILTER_FIELDS", "E.g. {'dashboards.Dashboard': ['slug', 'owner_id']}."
+    if not isinstance(listed, dict):
+        return [_bad_value(key, "must be a dict", hint)]
+    errors: list[CheckMessage] = []
+    for label, names in listed.items():
+        model = _model(label)
+        if model is None:
+            errors.append(
+                _bad_value(key, f"names {label!r}, which is not an installed model", hint)
+            )
+            continue
+        fields = model._meta.concrete_fields
+        own = {f.name for f in fields} | {f.attname for f in fields}
+        if not isinstance(names, list | tuple) or any(name not in own for name in names):
+            problem = f"[{label!r}] must list fields of {label} itself (no '__' paths)"
+            errors.append(_bad_value(key, problem, hint))
     return errors
 
 

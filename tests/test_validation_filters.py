@@ -557,3 +557,35 @@ def test_a_user_model_is_filtered_by_its_own_fields_but_never_its_password():
 
     assert {"pk", "username", "email", "is_staff"} <= set(fields)
     assert "password" not in fields
+
+
+@pytest.mark.parametrize(
+    "listed",
+    [
+        ["dashboards.Dashboard"],
+        {"dashboards.Nothing": ["slug"]},
+        {"dashboards.Dashboard": "slug"},
+        {"dashboards.Dashboard": ["owner__username"]},
+        {"dashboards.Dashboard": ["colour"]},
+    ],
+)
+def test_a_filter_field_setting_that_names_no_own_field_is_check_e002(listed):
+    from django.test import override_settings
+
+    from assistant.checks import check_settings
+
+    with override_settings(ASSISTANT={"VALIDATION_FILTER_FIELDS": listed}):
+        messages = check_settings()
+
+    assert [message.id for message in messages] == ["assistant.E002"]
+    assert "VALIDATION_FILTER_FIELDS" in messages[0].msg
+
+
+def test_a_filter_field_setting_of_own_columns_passes_the_checks():
+    from django.test import override_settings
+
+    from assistant.checks import check_settings
+
+    listed = {"dashboards.Dashboard": ["slug", "owner_id"], "testapp.order": ["status"]}
+    with override_settings(ASSISTANT={"VALIDATION_FILTER_FIELDS": listed}):
+        assert check_settings() == []
