@@ -33,6 +33,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     if isinstance(llm, dict):
         errors.extend(_key_errors(llm, LLM_SETTINGS, "ASSISTANT['LLM']"))
     errors.extend(_resource_errors(value.get("RESOURCES", {})))
+    if isinstance(value.get("VALIDATION_FILTER_FIELDS", {}), dict):
+        errors.extend(_filter_field_errors(value.get("VALIDATION_FILTER_FIELDS", {})))
     return errors
 
 
@@ -72,6 +74,29 @@ def _resource_errors(resources: Any) -> list[CheckMessage]:
                     id="assistant.E003",
                 )
             )
+    return errors
+
+
+def _bad_value(key: str, problem: str, hint: str) -> Error:
+    return Error(f"ASSISTANT[{key!r}] {problem}.", hint=hint, id="assistant.E002")
+
+
+def _filter_field_errors(listed: dict[Any, Any]) -> list[CheckMessage]:
+    """E002 unless VALIDATION_FILTER_FIELDS maps installed models to their own column names."""
+    key, hint = "VALIDATION_FILTER_FIELDS", "E.g. {'dashboards.Dashboard': ['slug', 'owner_id']}."
+    errors: list[CheckMessage] = []
+    for label, names in listed.items():
+        model = _model(label)
+        if model is None:
+            errors.append(
+                _bad_value(key, f"names {label!r}, which is not an installed model", hint)
+            )
+            continue
+        fields = model._meta.concrete_fields
+        own = {f.name for f in fields} | {f.attname for f in fields}
+        if not isinstance(names, list | tuple) or any(name not in own for name in names):
+            problem = f"[{label!r}] must list fields of {label} itself (no '__' paths)"
+            errors.append(_bad_value(key, problem, hint))
     return errors
 
 

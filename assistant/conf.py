@@ -215,6 +215,14 @@ SETTINGS: dict[str, Setting] = {
         example="86400",
         doc="seconds a conversation's replay log outlives its last event",
     ),
+    "VALIDATION_FILTER_FIELDS": Setting(
+        default={},
+        accepts=_is_dict,
+        expected="a dict of 'app_label.Model' -> the field names filters may use",
+        example="{'dashboards.Dashboard': ['slug', 'owner_id']}",
+        doc="what a validation task's target_filter may name; a model not listed: its own "
+        "concrete, non-relational fields (a user model's password never)",
+    ),
     "BUDGETS": Setting(
         default={},
         accepts=lambda value: _is_budgets(value, groups=True),

@@ -130,3 +130,14 @@ class BudgetExceeded(AssistantError):
 
     code = "budget_exceeded"
     status = 429
+
+
+class InvalidTargetFilter(InvalidEntities):
+    """A validation task's ``target_filter`` names a field, lookup or value it may not use."""
+
+    code = "invalid_target_filter"
+
+    def __init__(self, key: str, problem: str) -> None:
+        """``key`` is the offending filter key, ``""`` when the filter as a whole is wrong."""
+        super().__init__({"target_filter": f"{key!r}: {problem}" if key else problem})
+        self.key = key

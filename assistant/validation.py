@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from string import Formatter
 from typing import Any
 
 from django.apps import apps
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import FieldError
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -23,12 +27,13 @@ from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
 from .conf import assistant_settings
-from .exceptions import AssistantError, InvalidEntities, ToolDefinitionError
+from .exceptions import AssistantError, InvalidEntities, InvalidTargetFilter, ToolDefinitionError
 from .jobs import JobContext, JobManager
 from .models import ValidationFinding, ValidationRun, ValidationTask
 
 logger = logging.getLogger("assistant.validation")
 Outcome = ValidationFinding.Outcome
+TargetModel = type[models.Model]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -47,6 +52,8 @@ class ValidationRule:
     check: Callable[..., Verdict | Iterable[Verdict]]
     models: tuple[str, ...]  # model labels it applies to; empty: any
     needs_target: bool
+    # (target model, options) -> what is wrong with the options, "" when nothing is
+    check_options: Callable[[TargetModel, dict[str, Any]], str] | None = None
 
 
 class RuleRegistry:
@@ -89,6 +96,7 @@ def validation_rule(
     description: str = "",
     models: Iterable[str] = (),
     needs_target: bool = True,
+    check_options: Callable[[TargetModel, dict[str, Any]], str] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Declare ``check(target, options, run) -> Verdict | [Verdict]`` as a validation rule."""
 
@@ -100,6 +108,7 @@ def validation_rule(
                 check=check,
                 models=tuple(label.lower() for label in models),
                 needs_target=needs_target,
+                check_options=check_options,
             )
         )
         return check
@@ -127,55 +136,236 @@ def parse_target(target: Any) -> tuple[type[models.Model], str]:
             raise InvalidEntities({"target": f"{label!r} is not an installed model"}) from None
         if pk:
             try:
-                model._meta.pk.to_python(pk)
+                value = model._meta.pk.to_python(pk)
+                if isinstance(value, int) and not (pk.isascii() and pk.isdigit()):
+                    raise ValueError("an integer id is written in the digits 0-9")
             except (ValueError, TypeError, DjangoValidationError):
                 raise InvalidEntities({"target": f"{pk!r} is not an id of {label}"}) from None
+            pk = str(value)
         return model, pk
     raise InvalidEntities({"target": "expected 'app_label.Model' or 'app_label.Model:<pk>'"})
 
 
-def _normalise_rules(names: Iterable[Any] | None, label: str) -> list[dict[str, Any]]:
+# -- what a target filter may name --------------------------------------------------------------
+
+# Lookups a target filter may use; no transforms, no regex, nothing that walks a relation.
+FILTER_LOOKUPS = frozenset(
+    {
+        "exact",
+        "iexact",
+        "in",
+        "contains",
+        "icontains",
+        "startswith",
+        "istartswith",
+        "endswith",
+        "iendswith",
+        "gt",
+        "gte",
+        "lt",
+        "lte",
+        "range",
+        "isnull",
+    }
+)
+MAX_FILTER_KEYS = 20
+MAX_FILTER_VALUES = 1000
+MAX_FILTER_TEXT = 1000
+_INT64 = 2**63
+
+
+def filterable_fields(model: type[models.Model]) -> dict[str, models.Field[Any, Any]]:
+    """The names a target filter on ``model`` may use: ``pk`` and the allowed own fields."""
+    opts = model._meta
+    configured = assistant_settings.VALIDATION_FILTER_FIELDS
+    listed = {
+        str(label).lower(): names
+        for label, names in (configured if isinstance(configured, dict) else {}).items()
+    }.get(opts.label_lower)
+    if listed is None:
+        fields = {f.name: f for f in opts.concrete_fields if not f.is_relation}
+        if issubclass(model, AbstractBaseUser):
+            fields.pop("password", None)  # a hash prefix is still a secret
+    else:
+        own = {f.name: f for f in opts.concrete_fields} | {
+            f.attname: f for f in opts.concrete_fields
+        }
+        fields = {name: own[name] for name in listed if name in own}
+    return {"pk": opts.pk, **fields}
+
+
+def check_target_filter(model: type[models.Model], target_filter: Any) -> dict[str, Any]:
+    """The filter if every key is ``field`` or ``field__lookup`` the policy allows, else refused."""
+    if not isinstance(target_filter, dict):
+        raise InvalidTargetFilter("", "expected an object of field lookups")
+    if len(target_filter) > MAX_FILTER_KEYS:
+        raise InvalidTargetFilter("", f"at most {MAX_FILTER_KEYS} lookups")
+    allowed = filterable_fields(model)
+    for key, value in target_filter.items():
+        field_name, _, lookup = str(key).partition("__")
+        if not isinstance(key, str) or _unstorable(key) or field_name not in allowed:
+            raise InvalidTargetFilter(
+                str(key),
+                f"{model.__name__} may be filtered only by its own fields "
+                f"{', '.join(sorted(allowed))}",
+            )
+        if (lookup or "exact") not in FILTER_LOOKUPS:
+            raise InvalidTargetFilter(
+                key, f"use one of the lookups {', '.join(sorted(FILTER_LOOKUPS))}"
+            )
+        _check_filter_value(key, lookup or "exact", value)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", RuntimeWarning)  # a naive date-time, say
+                model._default_manager.filter(**{key: value})  # builds the lookup, runs no query
+        except RuntimeWarning as exc:
+            raise InvalidTargetFilter(key, str(exc)) from None
+        except DjangoValidationError as exc:
+            raise InvalidTargetFilter(key, "; ".join(exc.messages)) from None
+        except (FieldError, ValueError, TypeError) as exc:
+            raise InvalidTargetFilter(key, str(exc).splitlines()[0]) from None
+    return target_filter
+
+
+def _check_filter_value(key: str, lookup: str, value: Any) -> None:
+    if lookup == "isnull":
+        if not isinstance(value, bool):
+            raise InvalidTargetFilter(key, "expected true or false")
+        return
+    items = [value]
+    if lookup in ("in", "range"):
+        if not isinstance(value, list) or len(value) > MAX_FILTER_VALUES:
+            raise InvalidTargetFilter(key, f"expected a list of at most {MAX_FILTER_VALUES} values")
+        if lookup == "range" and len(value) != 2:
+            raise InvalidTargetFilter(key, "expected a list of two values, [low, high]")
+        items = value
+    for item in items:
+        problem = _scalar_problem(item)
+        if problem:
+            raise InvalidTargetFilter(key, problem)
+
+
+def _scalar_problem(value: Any) -> str:
+    if value is None or isinstance(value, bool):
+        return ""
+    if isinstance(value, int):
+        return "" if -_INT64 <= value < _INT64 else "the number is out of range"
+    if isinstance(value, float):
+        return "" if math.isfinite(value) else "the number is not finite"
+    if isinstance(value, str):
+        if len(value) > MAX_FILTER_TEXT:
+            return f"at most {MAX_FILTER_TEXT} characters"
+        return "the text holds a NUL or an unpaired surrogate" if _unstorable(value) else ""
+    return "expected a string, a number, true, false or null"
+
+
+def _unstorable(text: str) -> bool:
+    """True for text a JSON column may refuse: a NUL or a lone UTF-16 surrogate."""
+    return "\x00" in text or any("\ud800" <= char <= "\udfff" for char in text)
+
+
+def _json_problem(value: Any, depth: int = 0) -> str:
+    """Why ``value`` cannot be stored in a JSON column, or ``""``."""
+    if depth > 20:
+        return "nested too deeply"
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str) or _unstorable(key):
+                return f"the key {key!r} is not storable text"
+            problem = _json_problem(item, depth + 1)
+            if problem:
+                return problem
+        return ""
+    if isinstance(value, list):
+        return next((p for p in (_json_problem(i, depth + 1) for i in value) if p), "")
+    if isinstance(value, str) and _unstorable(value):
+        return "a text holds a NUL or an unpaired surrogate"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "a number is not finite"
+    if isinstance(value, int) and not isinstance(value, bool) and not -_INT64 <= value < _INT64:
+        return "a number is out of range"
+    return "" if value is None or isinstance(value, (str, int, float, bool)) else "not JSON"
+
+
+MAX_RULES = 50
+
+
+def normalise_rules(names: Any, model: type[models.Model]) -> list[dict[str, Any]]:
+    """``[{"name", "options"}]`` from rule names or objects; by default every rule for ``model``."""
+    label = model._meta.label
     if names is None:
         chosen = [{"name": rule.name, "options": {}} for rule in rules.for_model(label)]
         if not chosen:
             raise InvalidEntities({"rules": f"no validation rule applies to {label}"})
         return chosen
+    if not isinstance(names, (list, tuple)) or len(names) > MAX_RULES:
+        raise InvalidEntities({"rules": f"expected a list of at most {MAX_RULES} rules"})
     normalised = []
-    for item in names:
-        entry: dict[str, Any] = (
-            {"name": item, "options": {}} if isinstance(item, str) else dict(item)
-        )
-        rules.get(str(entry.get("name")))
-        entry.setdefault("options", {})
-        normalised.append(entry)
+    for index, item in enumerate(names):
+        entry = {"name": item, "options": {}} if isinstance(item, str) else item
+        if (
+            not isinstance(entry, dict)
+            or set(entry) - {"name", "options"}
+            or not isinstance(entry.get("name"), str)
+            or not isinstance(entry.get("options", {}), dict)
+        ):
+            raise InvalidEntities(
+                {"rules": f'rule {index}: expected a name or {{"name": ..., "options": {{...}}}}'}
+            )
+        rule = rules.get(entry["name"])
+        options = entry.get("options", {})
+        problem = _json_problem(options)
+        if not problem and rule.check_options is not None:
+            problem = rule.check_options(model, options)
+        if problem:
+            raise InvalidEntities({"rules": f"rule {index}: options: {problem}"})
+        normalised.append({"name": entry["name"], "options": options})
     if not normalised:
         raise InvalidEntities({"rules": "name at least one rule"})
     return normalised
 
 
-def next_run(task: ValidationTask, after: datetime) -> datetime | None:
-    if task.schedule == ValidationTask.Schedule.INTERVAL and task.interval_seconds:
-        return after + timedelta(seconds=task.interval_seconds)
-    if task.schedule == ValidationTask.Schedule.CRON and task.cron:
-        from croniter import croniter
+MAX_INTERVAL = 366 * 86400  # seconds; longer intervals are a cron expression's job
+MAX_CRON = 100  # ValidationTask.cron's max_length
 
-        return croniter(task.cron, after).get_next(datetime)
+
+def next_run(task: ValidationTask, after: datetime) -> datetime | None:
+    """When the task runs next after ``after``; ``None`` for no schedule or one that never fires."""
+    if task.schedule == ValidationTask.Schedule.INTERVAL and task.interval_seconds:
+        return after + timedelta(seconds=min(task.interval_seconds, MAX_INTERVAL))
+    if task.schedule == ValidationTask.Schedule.CRON and task.cron:
+        try:
+            return _next_cron(task.cron, after)
+        except InvalidEntities:
+            logger.warning("Validation task %s has a cron that never fires: %r", task.pk, task.cron)
     return None
 
 
-def _parse_schedule(schedule: Any) -> dict[str, Any]:
+def _next_cron(expression: str, after: datetime) -> datetime:
+    from croniter import croniter
+
+    try:
+        if croniter.is_valid(expression):
+            moment: datetime = croniter(expression, after).get_next(datetime)
+            return moment
+    except (ValueError, KeyError, TypeError, OverflowError):  # croniter's errors are ValueErrors
+        pass
+    raise InvalidEntities({"schedule": f"{expression!r} is not a cron expression that fires"})
+
+
+def parse_schedule(schedule: Any) -> dict[str, Any]:
     """None, seconds / a timedelta (interval), or a cron expression."""
     if schedule in (None, "", "none"):
         return {"schedule": ValidationTask.Schedule.NONE}
     if isinstance(schedule, timedelta):
         schedule = int(schedule.total_seconds())
     if isinstance(schedule, int) and not isinstance(schedule, bool) and schedule > 0:
+        if schedule > MAX_INTERVAL:
+            raise InvalidEntities({"schedule": f"an interval is at most {MAX_INTERVAL} seconds"})
         return {"schedule": ValidationTask.Schedule.INTERVAL, "interval_seconds": schedule}
-    if isinstance(schedule, str):
-        from croniter import croniter
-
-        if croniter.is_valid(schedule):
-            return {"schedule": ValidationTask.Schedule.CRON, "cron": schedule}
+    if isinstance(schedule, str) and len(schedule) <= MAX_CRON and not _unstorable(schedule):
+        _next_cron(schedule, timezone.now())
+        return {"schedule": ValidationTask.Schedule.CRON, "cron": schedule}
     raise InvalidEntities(
         {"schedule": "expected seconds, a timedelta or a cron expression such as '0 3 * * *'"}
     )
@@ -200,17 +390,14 @@ class ValidationTaskService:
     ) -> ValidationTask:
         model, pk = parse_target(target)
         label = model._meta.label
-        chosen = _normalise_rules(rules, label)
+        chosen = normalise_rules(rules, model)
         if pk and not viewable(model, owner).filter(pk=pk).exists():
             raise InvalidEntities({"target": f"no {label} with id {pk} that you may view"})
         if target_filter is not None:
-            if not isinstance(target_filter, dict):
-                raise InvalidEntities({"target_filter": "expected an object of field lookups"})
-            try:
-                model._default_manager.filter(**target_filter).exists()
-            except (FieldError, ValueError, TypeError, DjangoValidationError) as exc:
-                raise InvalidEntities({"target_filter": str(exc).splitlines()[0]}) from None
-        fields = _parse_schedule(schedule)
+            check_target_filter(model, target_filter)
+        fields = parse_schedule(schedule)
+        if not isinstance(name, str) or len(name) > 200 or _unstorable(name):
+            raise InvalidEntities({"name": "expected a text of at most 200 characters"})
         with transaction.atomic():
             task = ValidationTask.objects.create(
                 name=name or f"Validate {label}{':' + pk if pk else ''}",
@@ -273,12 +460,14 @@ def viewable(model: type[models.Model], user: Any) -> Any:
 def _targets(task: ValidationTask) -> list[models.Model]:
     model = task.target_type.model_class()
     assert model is not None
+    # A task stored before the filter policy existed is held to it too, before any query.
+    target_filter = check_target_filter(model, task.target_filter or {})
     # A task sees what its owner may view now, not what they could when it was made.
     objects = viewable(model, task.owner)
     if task.target_id:
         objects = objects.filter(pk=task.target_id)
-    elif task.target_filter:
-        objects = objects.filter(**task.target_filter)
+    elif target_filter:
+        objects = objects.filter(**target_filter)
     return list(objects.order_by("pk")[:10_000])
 
 
@@ -408,12 +597,42 @@ DEFAULT_PROMPT = (
 )
 
 
+def llm_review_options(model: type[models.Model], options: dict[str, Any]) -> str:
+    """``fields`` names only what a target filter may name; the prompt fills in two plain names."""
+    fields = options.get("fields")
+    if fields is not None:
+        allowed = filterable_fields(model)
+        if not isinstance(fields, list) or not all(isinstance(name, str) for name in fields):
+            return "fields: expected a list of field names"
+        refused = [name for name in fields if name not in allowed]
+        if refused:
+            return (
+                f"fields: {refused[0]!r}: {model.__name__} may be read only by its own fields "
+                f"{', '.join(sorted(allowed))}"
+            )
+    for name in ("prompt", "requirement"):
+        if options.get(name) is not None and not isinstance(options[name], str):
+            return f"{name}: expected a text"
+    try:
+        parsed = list(Formatter().parse(options.get("prompt") or ""))
+    except ValueError as exc:
+        return f"prompt: {exc}"
+    for _, field_name, spec, _ in parsed:
+        if field_name not in (None, "requirement", "text") or "{" in (spec or ""):
+            return "prompt: only the plain placeholders {requirement} and {text} are filled in"
+    return ""
+
+
 @validation_rule(
     name="llm_review",
     description="A language model judges each target's text against a requirement",
+    check_options=llm_review_options,
 )
 def llm_review(target: Any, options: dict[str, Any], run: Any) -> Verdict:
     """PASS/FAIL/WARN with a reason from the configured LLM; never a pass without one."""
+    problem = llm_review_options(type(target), options)  # a task stored before these rules
+    if problem:
+        return Verdict(outcome=Outcome.WARN, message=f"the rule's options are refused: {problem}")
     if not llm_configured():
         return Verdict(outcome=Outcome.WARN, message="no LLM configured")
     import openai

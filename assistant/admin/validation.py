@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -11,6 +12,7 @@ from django.utils.html import format_html, format_html_join
 from guardian.admin import GuardedModelAdmin
 
 from ..confirmation import record_action
+from ..exceptions import InvalidEntities
 from ..models import ValidationFinding, ValidationRun, ValidationTask
 from .base import ReadOnlyAdmin, badge
 
@@ -65,8 +67,59 @@ class ValidationRunAdmin(ReadOnlyAdmin):
         return badge(run.status)
 
 
+class ValidationTaskForm(forms.ModelForm):  # type: ignore[type-arg]
+    """The same rules for target_filter, rules and schedule as the service and the API."""
+
+    class Meta:
+        model = ValidationTask
+        fields = [
+            "name",
+            "owner",
+            "target_type",
+            "target_id",
+            "target_filter",
+            "rules",
+            "schedule",
+            "interval_seconds",
+            "cron",
+            "enabled",
+        ]
+
+    def clean(self) -> dict[str, Any]:
+        from ..validation import check_target_filter, normalise_rules, parse_schedule
+
+        data: dict[str, Any] = super().clean() or {}
+        target_type = data.get("target_type")
+        model = target_type.model_class() if target_type is not None else None
+        checks: list[tuple[str, Any]] = [("schedule", lambda: self._schedule(parse_schedule))]
+        if model is not None:
+            checks += [
+                ("target_filter", lambda: check_target_filter(model, data["target_filter"])),
+                ("rules", lambda: normalise_rules(data["rules"], model)),
+            ]
+        for name, check in checks:
+            if name not in data:
+                continue  # the field itself was already refused
+            try:
+                checked = check()
+            except InvalidEntities as exc:
+                self.add_error(name, "; ".join(exc.errors.values()))
+            else:
+                if name == "rules":
+                    data["rules"] = checked  # stored as the service stores them
+        return data
+
+    def _schedule(self, parse: Any) -> None:
+        kind = self.cleaned_data.get("schedule")
+        if kind == ValidationTask.Schedule.INTERVAL:
+            parse(self.cleaned_data.get("interval_seconds") or 0)
+        elif kind == ValidationTask.Schedule.CRON:
+            parse(self.cleaned_data.get("cron") or "-")
+
+
 @admin.register(ValidationTask)
 class ValidationTaskAdmin(GuardedModelAdmin):
+    form = ValidationTaskForm
     list_display = ["name", "target", "schedule", "enabled", "last_run_at", "latest_status"]
     list_filter = ["enabled", "schedule"]
     search_fields = ["name"]

@@ -152,6 +152,13 @@ class AssistantAPIView(APIView):
     def get_exception_handler(self) -> Any:
         return exception_handler
 
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        for name, values in request.query_params.lists():
+            if "\x00" in name or any("\x00" in value for value in values):
+                name = name.replace("\x00", "\\x00")
+                raise exceptions.ValidationError({name: "a NUL character is not allowed"})
+
     def client_ip(self) -> str | None:
         return self.request.META.get("REMOTE_ADDR") or None
 
@@ -374,8 +381,32 @@ class StaffConversationHistoryView(StaffView):
         )
 
 
+MAX_ID = 2**63 - 1  # the largest id any database column here holds
+
+
+def parse_id(value: str) -> int | None:
+    """A positive id written in ASCII digits, or ``None`` (Unicode digits, out of range)."""
+    if not (value.isascii() and value.isdigit()) or len(value) > len(str(MAX_ID)):
+        return None
+    number = int(value)
+    return number if 0 < number <= MAX_ID else None
+
+
+def query_id(name: str, value: str) -> int:
+    """An id given as query parameter ``name``; a 400 ``invalid`` naming it otherwise."""
+    number = parse_id(value)
+    if number is None:
+        raise exceptions.ValidationError(
+            {name: f"expected an id from 1 to {MAX_ID}, in digits 0-9"}
+        )
+    return number
+
+
 def _user_filter(field: str, value: str) -> dict[str, Any]:
-    return {f"{field}_id": int(value)} if value.isdigit() else {f"{field}__username": value}
+    """Digits are a user id (``query_id`` rules apply), anything else a username."""
+    if value.isdigit():
+        return {f"{field}_id": query_id(field, value)}
+    return {f"{field}__username": value}
 
 
 def _bound(name: str, value: str) -> dict[str, Any]:
@@ -477,6 +508,15 @@ def _tasks_for(user: Any, perm: str = "view") -> QuerySet[ValidationTask]:
     )
 
 
+def _task_for(user: Any, task_id: Any) -> ValidationTask:
+    """The validation task with this path id that the user may view, or a 404."""
+    pk = parse_id(str(task_id))
+    task = _tasks_for(user).filter(pk=pk).first() if pk is not None else None
+    if task is None:
+        raise exceptions.NotFound("No such validation task.")
+    return task
+
+
 class ValidationTaskListView(AssistantAPIView):
     @extend_schema(
         summary="Validation tasks you may see", responses=ValidationTaskSerializer(many=True)
@@ -515,9 +555,7 @@ class ValidationTaskListView(AssistantAPIView):
 class ValidationTaskDetailView(AssistantAPIView):
     @extend_schema(summary="One validation task", responses=ValidationTaskSerializer)
     def get(self, request: Request, task_id: int) -> Response:
-        task = _tasks_for(request.user).filter(pk=task_id).first()
-        if task is None:
-            raise exceptions.NotFound("No such validation task.")
+        task = _task_for(request.user, task_id)
         return Response(ValidationTaskSerializer(task).data)
 
 
@@ -530,9 +568,7 @@ class ValidationTaskRunView(AssistantAPIView):
     def post(self, request: Request, task_id: int) -> Response:
         from ..validation import ValidationTaskService
 
-        task = _tasks_for(request.user).filter(pk=task_id).first()
-        if task is None:
-            raise exceptions.NotFound("No such validation task.")
+        task = _task_for(request.user, task_id)
         if not _tasks_for(request.user, "run").filter(pk=task.pk).exists():
             raise exceptions.PermissionDenied("You may not run this validation task.")
         run = ValidationTaskService.trigger_run(task, ValidationRun.Trigger.USER, user=request.user)
@@ -552,9 +588,7 @@ class ValidationRunListView(AssistantAPIView):
         )
         wanted = request.query_params.get("task")
         if wanted:
-            if not wanted.isdigit():
-                raise exceptions.ValidationError({"task": "a task id"})
-            runs = runs.filter(task_id=int(wanted))
+            runs = runs.filter(task_id=query_id("task", wanted))
         paginator = PagePagination()
         page = paginator.paginate_queryset(runs.order_by("-created_at", "-id"), request, view=self)
         return paginator.get_paginated_response(ValidationRunSerializer(page, many=True).data)
