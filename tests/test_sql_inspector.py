@@ -12,7 +12,8 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 
 from assistant import CancellationToken
-from assistant.chat import arun_turn
+from assistant.chat import answer_action, arun_turn, decision_turn, run_started_turn
+from assistant.confirmation import aconfirm_action
 from assistant.dispatch import DispatchCancelled, Outcome, adispatch
 from assistant.lifecycle import ToolLifecycleState, ToolSession
 from assistant.models import AuditEntry, Message
@@ -69,6 +70,20 @@ def run(session: ToolSession, analyst: Any) -> Callable[..., Any]:
         return await adispatch(operation, entities, user=user, session=session)
 
     return call
+
+
+@pytest.fixture
+def query(session: ToolSession, analyst: Any) -> Callable[..., Any]:
+    """Ask for a query as the analyst, then confirm it: the outcome of the confirmed run."""
+
+    async def ask_and_confirm(sql: str, **entities: Any) -> Outcome:
+        asked = await adispatch(
+            "run_readonly_query", {"sql": sql, **entities}, user=analyst, session=session
+        )
+        assert asked.decision == "confirmation_requested", asked.text
+        return await aconfirm_action(asked.pending_action.pk, user=analyst, session=session)
+
+    return ask_and_confirm
 
 
 def order_count() -> int:
@@ -153,11 +168,11 @@ BY_REFERENCE = "SELECT reference, status FROM testapp_order ORDER BY reference"
 
 
 async def test_a_query_returns_its_columns_and_rows(
-    run: Callable[..., Any], orders: list[str]
+    query: Callable[..., Any], orders: list[str]
 ) -> None:
-    outcome = await run("run_readonly_query", sql=BY_REFERENCE)
+    outcome = await query(BY_REFERENCE)
 
-    assert outcome.decision == "executed"
+    assert outcome.decision == "confirmed"
     data = outcome.result.data
     assert data["columns"] == ["reference", "status"]
     assert data["rows"] == [[reference, "open"] for reference in orders]
@@ -165,9 +180,9 @@ async def test_a_query_returns_its_columns_and_rows(
 
 
 async def test_the_model_sees_at_most_ten_rows_while_the_data_has_them_all(
-    run: Callable[..., Any], orders: list[str]
+    query: Callable[..., Any], orders: list[str]
 ) -> None:
-    outcome = await run("run_readonly_query", sql=BY_REFERENCE)
+    outcome = await query(BY_REFERENCE)
 
     header, *lines = outcome.text.splitlines()
     assert header == f"{ORDERS} rows (first 10 shown):"
@@ -175,10 +190,9 @@ async def test_the_model_sees_at_most_ten_rows_while_the_data_has_them_all(
     assert len(outcome.result.data["rows"]) == ORDERS
 
 
-async def test_a_short_result_is_shown_whole(run: Callable[..., Any], orders: list[str]) -> None:
-    outcome = await run(
-        "run_readonly_query",
-        sql="SELECT reference, owner_id FROM testapp_order ORDER BY reference LIMIT 3",
+async def test_a_short_result_is_shown_whole(query: Callable[..., Any], orders: list[str]) -> None:
+    outcome = await query(
+        "SELECT reference, owner_id FROM testapp_order ORDER BY reference LIMIT 3",
     )
 
     assert outcome.text.splitlines() == [
@@ -188,8 +202,8 @@ async def test_a_short_result_is_shown_whole(run: Callable[..., Any], orders: li
     ]
 
 
-async def test_rows_are_capped_by_the_limit(run: Callable[..., Any], orders: list[str]) -> None:
-    outcome = await run("run_readonly_query", sql=BY_REFERENCE, limit=12)
+async def test_rows_are_capped_by_the_limit(query: Callable[..., Any], orders: list[str]) -> None:
+    outcome = await query(BY_REFERENCE, limit=12)
 
     data = outcome.result.data
     assert [row[0] for row in data["rows"]] == orders[:12]
@@ -198,24 +212,24 @@ async def test_rows_are_capped_by_the_limit(run: Callable[..., Any], orders: lis
 
 
 async def test_rows_are_capped_by_the_toolsets_row_limit(
-    run: Callable[..., Any], orders: list[str], monkeypatch: pytest.MonkeyPatch
+    query: Callable[..., Any], orders: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(testapp_tools.TestDatabase, "row_limit", 5)
 
-    outcome = await run("run_readonly_query", sql=BY_REFERENCE, limit=100)
+    outcome = await query(BY_REFERENCE, limit=100)
 
     assert [row[0] for row in outcome.result.data["rows"]] == orders[:5]
     assert outcome.result.data["truncated"] is True
     assert outcome.text.splitlines()[0] == "5+ rows:"
 
 
-async def test_a_query_error_is_answered_not_raised(run: Callable[..., Any]) -> None:
-    outcome = await run("run_readonly_query", sql="SELECT missing FROM no_such_table")
+async def test_a_query_error_is_answered_not_raised(query: Callable[..., Any]) -> None:
+    outcome = await query("SELECT missing FROM no_such_table")
 
-    assert outcome.decision == "executed"
+    assert outcome.decision == "confirmed"
     assert outcome.text.startswith("The database refused the query: ")
     assert "no_such_table" in outcome.text
-    follow_up = await run("run_readonly_query", sql="SELECT 1 AS one")
+    follow_up = await query("SELECT 1 AS one")
     assert follow_up.result.data["rows"] == [[1]]
 
 
@@ -230,9 +244,9 @@ async def test_a_query_error_is_answered_not_raised(run: Callable[..., Any]) -> 
     ids=["insert", "update", "delete"],
 )
 async def test_a_write_is_refused_and_changes_nothing(
-    run: Callable[..., Any], orders: list[str], sql: str
+    query: Callable[..., Any], orders: list[str], sql: str
 ) -> None:
-    outcome = await run("run_readonly_query", sql=sql)
+    outcome = await query(sql)
 
     assert outcome.text.startswith("The database refused the query: ")
     assert any(word in outcome.text.lower() for word in ("read-only", "readonly"))
@@ -242,8 +256,8 @@ async def test_a_write_is_refused_and_changes_nothing(
     assert statuses == [(reference, "open") for reference in orders]
 
 
-async def test_a_dropped_table_stays(run: Callable[..., Any], orders: list[str]) -> None:
-    outcome = await run("run_readonly_query", sql="DROP TABLE testapp_order")
+async def test_a_dropped_table_stays(query: Callable[..., Any], orders: list[str]) -> None:
+    outcome = await query("DROP TABLE testapp_order")
 
     assert outcome.text.startswith("The database refused the query: ")
     assert await sync_to_async(order_count)() == ORDERS
@@ -260,17 +274,17 @@ LIFT_THE_GUARD = {
 
 
 async def test_a_query_cannot_lift_the_read_only_guard(
-    run: Callable[..., Any], orders: list[str]
+    query: Callable[..., Any], orders: list[str]
 ) -> None:
     for sql in LIFT_THE_GUARD[connection.vendor]:
-        await run("run_readonly_query", sql=sql)
+        await query(sql)
 
     assert await sync_to_async(order_count)() == ORDERS
     if connection.vendor == "sqlite":
-        guard = await run("run_readonly_query", sql="PRAGMA query_only")
+        guard = await query("PRAGMA query_only")
         assert guard.result.data["rows"] == [[1]]
     else:
-        guard = await run("run_readonly_query", sql="SHOW default_transaction_read_only")
+        guard = await query("SHOW default_transaction_read_only")
         assert guard.result.data["rows"] == [["on"]]
 
 
@@ -324,24 +338,24 @@ async def test_a_denied_call_does_not_start_the_toolset(
 
 
 async def test_the_statement_timeout_stops_a_long_query(
-    run: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+    query: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(testapp_tools.TestDatabase, "statement_timeout", 0.3)
 
     started = time.monotonic()
-    outcome = await run("run_readonly_query", sql=ENDLESS[connection.vendor])
+    outcome = await query(ENDLESS[connection.vendor])
 
     assert time.monotonic() - started < 2
     assert outcome.text.startswith("The database refused the query: ")
-    follow_up = await run("run_readonly_query", sql="SELECT 1 AS one")
+    follow_up = await query("SELECT 1 AS one")
     assert follow_up.result.data["rows"] == [[1]]
 
 
 async def test_a_cancelled_call_stops_its_query_and_leaves_the_connection_usable(
-    run: Callable[..., Any], session: ToolSession
+    query: Callable[..., Any], session: ToolSession
 ) -> None:
     await session.start(testapp_tools.TestDatabase)  # so the query starts at once
-    call = asyncio.ensure_future(run("run_readonly_query", sql=ENDLESS[connection.vendor]))
+    call = asyncio.ensure_future(query(ENDLESS[connection.vendor]))
     await asyncio.sleep(0.3)
 
     started = time.monotonic()
@@ -353,7 +367,7 @@ async def test_a_cancelled_call_stops_its_query_and_leaves_the_connection_usable
     assert stopped.value.outcome.decision == "cancelled"
     entry = await AuditEntry.objects.aget(pk=stopped.value.outcome.audit_id)
     assert entry.decision == AuditEntry.Decision.CANCELLED
-    follow_up = await asyncio.wait_for(run("run_readonly_query", sql="SELECT 1 AS one"), WAIT)
+    follow_up = await asyncio.wait_for(query("SELECT 1 AS one"), WAIT)
     assert follow_up.result.data["rows"] == [[1]]
 
 
@@ -382,28 +396,39 @@ async def sleeping_on_server(count: int, within: float = WAIT) -> bool:
 
 
 @pytest.mark.postgres
-async def test_cancelling_the_turn_cancels_its_query_on_the_server(analyst: Any) -> None:
+async def test_cancelling_the_confirmed_run_cancels_its_query_on_the_server(analyst: Any) -> None:
+    asked = await arun_turn(analyst, 'run query "SELECT pg_sleep(30)"')
+    assert [outcome.decision for outcome in asked.outcomes] == ["confirmation_requested"]
+    action = asked.outcomes[0].pending_action
+    assert await sleeping_on_server(0, within=0.5)  # nothing runs before the user confirms
     token = CancellationToken()
-    turn = asyncio.ensure_future(
-        arun_turn(analyst, 'run query "SELECT pg_sleep(30)"', cancel=token)
+    confirm = await sync_to_async(decision_turn)(
+        analyst, action.pk, confirm=True, source="websocket"
     )
+    confirm.cancel = token
+
+    async def work(turn: Any) -> None:
+        await answer_action(turn, action.pk, confirm=True)
+
+    run = asyncio.ensure_future(run_started_turn(confirm, work))
     assert await sleeping_on_server(1)
 
     started = time.monotonic()
     token.cancel()
-    result = await asyncio.wait_for(turn, WAIT)
+    result = await asyncio.wait_for(run, WAIT)
 
     assert time.monotonic() - started < 2
     assert result.assistant_message.status == Message.Status.CANCELLED
-    assert [outcome.decision for outcome in result.outcomes] == ["cancelled"]
+    entry = await AuditEntry.objects.filter(operation="run_readonly_query").alatest("pk")
+    assert entry.decision == AuditEntry.Decision.CANCELLED
     assert await sleeping_on_server(0, within=0.5)
 
 
 @pytest.mark.postgres
 async def test_cancelling_the_session_cancels_a_running_query_on_the_server(
-    run: Callable[..., Any], session: ToolSession
+    query: Callable[..., Any], session: ToolSession
 ) -> None:
-    call = asyncio.ensure_future(run("run_readonly_query", sql="SELECT pg_sleep(30)"))
+    call = asyncio.ensure_future(query("SELECT pg_sleep(30)"))
     assert await sleeping_on_server(1)
 
     started = time.monotonic()
@@ -420,12 +445,12 @@ async def test_cancelling_the_session_cancels_a_running_query_on_the_server(
 
 @pytest.mark.postgres
 async def test_the_statement_timeout_leaves_no_query_running_on_the_server(
-    run: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+    query: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(testapp_tools.TestDatabase, "statement_timeout", 0.5)
 
     started = time.monotonic()
-    outcome = await run("run_readonly_query", sql="SELECT pg_sleep(10)")
+    outcome = await query("SELECT pg_sleep(10)")
 
     assert time.monotonic() - started < 2
     assert outcome.text == (
