@@ -220,12 +220,17 @@ def check_sql_inspector_roles(
     app_configs: Any = None, databases: Any = None, **kwargs: Any
 ) -> list[CheckMessage]:
     """assistant.W010: an SQL inspector connects as an unsafe role (``check --database``)."""
+    return sql_role_warnings(registry, databases)
+
+
+def sql_role_warnings(site: ToolRegistry, databases: Any) -> list[CheckMessage]:
+    """Ask the server about the role of each of ``site``'s SQL inspectors on ``databases``."""
     if not databases:
         return []
     from .toolsets.sql import QueryError, SQLInspector
 
     warnings: list[CheckMessage] = []
-    for toolset in registry.toolsets.values():
+    for toolset in site.toolsets.values():
         if not issubclass(toolset, SQLInspector):
             continue
         is_alias = "://" not in toolset.database and "=" not in toolset.database

@@ -3,20 +3,30 @@
 from __future__ import annotations
 
 import asyncio
+import io
+import logging
+import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.core.management import call_command
 from django.db import connection
 
-from assistant import CancellationToken
+from assistant import CancellationToken, register_toolset
 from assistant.chat import answer_action, arun_turn, decision_turn, run_started_turn
+from assistant.checks import sql_role_warnings
 from assistant.confirmation import aconfirm_action
 from assistant.dispatch import DispatchCancelled, Outcome, adispatch
 from assistant.lifecycle import ToolLifecycleState, ToolSession
-from assistant.models import AuditEntry, Message
+from assistant.models import AuditEntry, Message, PendingAction
+from assistant.registry import ToolRegistry
+from assistant.toolsets.sql import SQLInspector
+from tests.conftest import drop_role
 from tests.testapp import assistant_tools as testapp_tools
 from tests.testapp.models import Order
 
@@ -457,3 +467,238 @@ async def test_the_statement_timeout_leaves_no_query_running_on_the_server(
         "The database refused the query: canceling statement due to statement timeout"
     )
     assert await sleeping_on_server(0, within=0.5)
+
+
+# -- on PostgreSQL: the role it connects as ------------------------------------------------------
+
+
+@pytest.fixture
+def make_role() -> Iterator[Callable[..., str]]:
+    """Cluster-wide roles with names of this run's own (``options`` and ``grants`` in SQL),
+    dropped after the test."""
+    created: list[str] = []
+
+    def make(*grants: str, options: str = "LOGIN") -> str:
+        role = f"{connection.settings_dict['NAME']}_{uuid.uuid4().hex[:8]}"
+        with connection.cursor() as cursor:
+            cursor.execute(f'CREATE ROLE "{role}" {options}')
+            created.append(role)
+            for granted in grants:
+                cursor.execute(f'GRANT {granted} TO "{role}"')
+        return role
+
+    yield make
+    with connection.cursor() as cursor:
+        for role in reversed(created):
+            drop_role(cursor, role)
+
+
+def inspector_site(role: str) -> tuple[ToolRegistry, type[SQLInspector]]:
+    """A registry of its own with an inspector on the test database, connecting as ``role``."""
+
+    class RoleInspector(SQLInspector):
+        name = "role_test_database"
+
+    RoleInspector.role = role
+    site = ToolRegistry("sql-role-test")
+    register_toolset(site=site)(RoleInspector)
+    return site, RoleInspector
+
+
+async def try_inspector(
+    role: str, user: Any
+) -> tuple[type[SQLInspector], ToolSession, list[Outcome]]:
+    """List the tables and ask for a query with an inspector connecting as ``role``."""
+    site, inspector = inspector_site(role)
+    session = ToolSession(site=site)
+    try:
+        outcomes = [
+            await adispatch("list_tables", {}, user=user, site=site, session=session),
+            await adispatch(
+                "run_readonly_query",
+                {"sql": "COPY (SELECT 1) TO PROGRAM 'true'"},
+                user=user,
+                site=site,
+                session=session,
+            ),
+        ]
+    finally:
+        await session.stop()
+    return inspector, session, outcomes
+
+
+@pytest.mark.postgres
+async def test_as_a_superuser_it_refuses_to_start_and_its_tools_are_unavailable(
+    analyst: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    superuser = connection.settings_dict["USER"]  # the suite's own role: a superuser
+
+    with caplog.at_level(logging.ERROR, logger="assistant.lifecycle"):
+        inspector, session, outcomes = await try_inspector("", analyst)
+
+    assert session.state(inspector) is ToolLifecycleState.FAILED
+    assert [outcome.decision for outcome in outcomes] == ["unavailable", "unavailable"]
+    assert [outcome.code for outcome in outcomes] == ["unavailable", "unavailable"]
+    instance = session.instance(inspector)
+    assert instance is not None
+    assert instance.error.startswith(
+        f"UnsafeDatabaseRole: database role {superuser!r} is (or may become) a superuser: "
+    )
+    assert f"database role {superuser!r} is (or may become) a superuser" in caplog.text
+    decisions = [
+        entry.decision
+        async for entry in AuditEntry.objects.filter(pk__in=[o.audit_id for o in outcomes])
+    ]
+    assert decisions == [AuditEntry.Decision.UNAVAILABLE] * 2
+    assert not await PendingAction.objects.filter(operation="run_readonly_query").aexists()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("grants", "named"),
+    [
+        (["pg_read_server_files"], "is a member of pg_read_server_files"),
+        (["pg_write_server_files"], "is a member of pg_write_server_files"),
+        (["pg_execute_server_program"], "is a member of pg_execute_server_program"),
+        (["{group}"], "is a member of pg_execute_server_program"),  # inherited through a group
+        (["{superuser}"], "is (or may become) a superuser"),  # may SET ROLE to a superuser
+    ],
+    ids=["read-files", "write-files", "programs", "through-a-group", "superuser-member"],
+)
+async def test_a_role_that_reaches_server_files_or_programs_is_refused(
+    analyst: Any, make_role: Callable[..., str], grants: list[str], named: str
+) -> None:
+    group = await sync_to_async(make_role)("pg_execute_server_program", options="NOLOGIN")
+    superuser = f'"{connection.settings_dict["USER"]}"'
+    grants = [grant.format(group=f'"{group}"', superuser=superuser) for grant in grants]
+    role = await sync_to_async(make_role)("pg_read_all_data", *grants)
+
+    inspector, session, outcomes = await try_inspector(role, analyst)
+
+    assert session.state(inspector) is ToolLifecycleState.FAILED
+    assert [outcome.code for outcome in outcomes] == ["unavailable", "unavailable"]
+    instance = session.instance(inspector)
+    assert instance is not None
+    assert f"database role {role!r} {named}" in instance.error
+
+
+@pytest.mark.postgres
+def test_the_check_warns_about_an_unsafe_role_only_when_asked_to_use_the_database(
+    make_role: Callable[..., str],
+) -> None:
+    superuser_site, _ = inspector_site("")
+    reader_site, _ = inspector_site(make_role("pg_read_all_data"))
+    files_site, _ = inspector_site(make_role("pg_read_server_files"))
+
+    warnings = sql_role_warnings(superuser_site, ["default"])
+    assert [warning.id for warning in warnings] == ["assistant.W010"]
+    assert "superuser" in warnings[0].msg
+    assert warnings[0].hint
+    assert [w.id for w in sql_role_warnings(files_site, ["default"])] == ["assistant.W010"]
+    assert sql_role_warnings(reader_site, ["default"]) == []
+    assert sql_role_warnings(superuser_site, None) == []  # plain `check`: no connection
+    assert sql_role_warnings(superuser_site, ["other"]) == []  # another alias is not asked
+
+
+@pytest.mark.postgres
+def test_manage_py_check_database_reports_the_unsafe_role(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(testapp_tools.TestDatabase, "role", "")  # the suite's superuser
+
+    plain, with_database = io.StringIO(), io.StringIO()
+    call_command("check", stdout=plain, stderr=plain)
+    call_command("check", "--database", "default", stdout=with_database, stderr=with_database)
+
+    assert "assistant.W010" not in plain.getvalue()
+    assert "assistant.W010" in with_database.getvalue()
+    assert "'test_database'" in with_database.getvalue()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("sql", "refusal"),
+    [
+        (
+            "COPY (SELECT 1) TO PROGRAM 'touch {marker}'",
+            "have privileges of the pg_execute_server_program role",
+        ),
+        ("COPY testapp_order TO '{marker}'", "have privileges of the pg_write_server_files role"),
+        ("SELECT pg_read_file('/etc/hostname')", "permission denied for function pg_read_file"),
+        ("SELECT pg_ls_dir('.')", "permission denied for function pg_ls_dir"),
+    ],
+    ids=["copy-to-program", "copy-to-file", "pg_read_file", "pg_ls_dir"],
+)
+async def test_as_a_read_only_role_server_programs_and_files_are_refused(
+    query: Callable[..., Any], session: ToolSession, sql: str, refusal: str
+) -> None:
+    marker = Path(tempfile.gettempdir()) / f"assistant-sql-{uuid.uuid4().hex}"
+
+    outcome = await query(sql.format(marker=marker))
+
+    assert session.state(testapp_tools.TestDatabase) is ToolLifecycleState.STARTED
+    assert outcome.decision == "confirmed"
+    assert outcome.text.startswith("The database refused the query: ")
+    assert refusal in outcome.text
+    assert not marker.exists()
+    entry = await AuditEntry.objects.aget(pk=outcome.audit_id)
+    assert entry.decision == AuditEntry.Decision.CONFIRMED
+    follow_up = await query("SELECT count(*) FROM testapp_order")
+    assert follow_up.result.data["rows"] == [[0]]
+
+
+def terminate(pid: int) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])
+
+
+def allow_login(role: str, allowed: bool) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(f'ALTER ROLE "{role}" {"LOGIN" if allowed else "NOLOGIN"}')
+
+
+@pytest.mark.postgres
+async def test_after_its_connection_was_terminated_the_next_query_reconnects(
+    query: Callable[..., Any], session: ToolSession
+) -> None:
+    first = await query("SELECT pg_backend_pid()")
+    [[pid]] = first.result.data["rows"]
+
+    await sync_to_async(terminate)(pid)
+    second = await query("SELECT pg_backend_pid()")
+
+    assert second.decision == "confirmed"
+    [[new_pid]] = second.result.data["rows"]
+    assert new_pid != pid
+    guard = await query("SHOW default_transaction_read_only")
+    assert guard.result.data["rows"] == [["on"]]
+    assert session.state(testapp_tools.TestDatabase) is ToolLifecycleState.STARTED
+
+
+@pytest.mark.postgres
+async def test_while_the_server_refuses_it_the_query_is_refused_then_it_reconnects(
+    analyst: Any, make_role: Callable[..., str]
+) -> None:
+    role = await sync_to_async(make_role)("pg_read_all_data")
+    site, _ = inspector_site(role)
+    session = ToolSession(site=site)
+
+    async def ask(sql: str) -> Outcome:
+        asked = await adispatch(
+            "run_readonly_query", {"sql": sql}, user=analyst, site=site, session=session
+        )
+        pk = asked.pending_action.pk
+        return await aconfirm_action(pk, user=analyst, site=site, session=session)
+
+    try:
+        [[pid]] = (await ask("SELECT pg_backend_pid()")).result.data["rows"]
+        await sync_to_async(allow_login)(role, False)  # as if the server were still down
+        await sync_to_async(terminate)(pid)
+        down = await ask("SELECT 1")
+        await sync_to_async(allow_login)(role, True)
+        up = await ask("SELECT 1")
+    finally:
+        await session.stop()
+
+    assert down.decision == "confirmed"
+    assert down.text.startswith("The database refused the query: ")
+    assert "not permitted to log in" in down.text
+    assert up.result.data["rows"] == [[1]]
