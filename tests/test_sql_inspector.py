@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+import sqlite3
 import tempfile
 import time
 import uuid
@@ -25,7 +26,7 @@ from assistant.dispatch import DispatchCancelled, Outcome, adispatch
 from assistant.lifecycle import ToolLifecycleState, ToolSession
 from assistant.models import AuditEntry, Message, PendingAction
 from assistant.registry import ToolRegistry
-from assistant.toolsets.sql import SQLInspector
+from assistant.toolsets.sql import SQLInspector, _backend
 from tests.conftest import drop_role
 from tests.testapp import assistant_tools as testapp_tools
 from tests.testapp.models import Order
@@ -469,6 +470,26 @@ async def test_the_statement_timeout_leaves_no_query_running_on_the_server(
     assert await sleeping_on_server(0, within=0.5)
 
 
+# -- on SQLite: the file itself is opened read-only --------------------------------------------
+
+
+async def test_a_sqlite_file_is_opened_read_only_beneath_the_query_guards(tmp_path: Path) -> None:
+    path = tmp_path / "reporting.sqlite3"
+    with sqlite3.connect(path) as setup:
+        setup.execute("CREATE TABLE report (line TEXT)")
+    backend = _backend(f"sqlite://{path}")
+    await backend.connect()
+    try:
+        raw = backend.connection
+        raw.execute("PRAGMA query_only = OFF")  # past the guard the query path keeps on
+        with pytest.raises(sqlite3.OperationalError, match="readonly database"):
+            raw.execute("INSERT INTO report VALUES ('sneaky')")
+    finally:
+        await backend.close()
+    with sqlite3.connect(path) as check:
+        assert check.execute("SELECT count(*) FROM report").fetchone() == (0,)
+
+
 # -- on PostgreSQL: the role it connects as ------------------------------------------------------
 
 
@@ -527,11 +548,19 @@ async def try_inspector(
     return inspector, session, outcomes
 
 
+def is_superuser() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+        return bool(cursor.fetchone()[0])
+
+
 @pytest.mark.postgres
 async def test_as_a_superuser_it_refuses_to_start_and_its_tools_are_unavailable(
     analyst: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    superuser = connection.settings_dict["USER"]  # the suite's own role: a superuser
+    superuser = connection.settings_dict["USER"]  # the suite's own role: a superuser in CI
+    if not await sync_to_async(is_superuser)():
+        pytest.skip(f"the suite connects as {superuser!r}, not a superuser")
 
     with caplog.at_level(logging.ERROR, logger="assistant.lifecycle"):
         inspector, session, outcomes = await try_inspector("", analyst)
@@ -645,6 +674,19 @@ async def test_as_a_read_only_role_server_programs_and_files_are_refused(
     assert follow_up.result.data["rows"] == [[0]]
 
 
+def asker(site: ToolRegistry, session: ToolSession, user: Any) -> Callable[[str], Any]:
+    """Ask for a query on ``site``'s inspector and confirm it."""
+
+    async def ask(sql: str) -> Outcome:
+        asked = await adispatch(
+            "run_readonly_query", {"sql": sql}, user=user, site=site, session=session
+        )
+        pk = asked.pending_action.pk
+        return await aconfirm_action(pk, user=user, site=site, session=session)
+
+    return ask
+
+
 def terminate(pid: int) -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])
@@ -680,13 +722,7 @@ async def test_while_the_server_refuses_it_the_query_is_refused_then_it_reconnec
     role = await sync_to_async(make_role)("pg_read_all_data")
     site, _ = inspector_site(role)
     session = ToolSession(site=site)
-
-    async def ask(sql: str) -> Outcome:
-        asked = await adispatch(
-            "run_readonly_query", {"sql": sql}, user=analyst, site=site, session=session
-        )
-        pk = asked.pending_action.pk
-        return await aconfirm_action(pk, user=analyst, site=site, session=session)
+    ask = asker(site, session, analyst)
 
     try:
         [[pid]] = (await ask("SELECT pg_backend_pid()")).result.data["rows"]
@@ -702,3 +738,31 @@ async def test_while_the_server_refuses_it_the_query_is_refused_then_it_reconnec
     assert down.text.startswith("The database refused the query: ")
     assert "not permitted to log in" in down.text
     assert up.result.data["rows"] == [[1]]
+
+
+def make_superuser(role: str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(f'ALTER ROLE "{role}" SUPERUSER')
+
+
+@pytest.mark.postgres
+async def test_a_reconnection_checks_the_role_again(
+    analyst: Any, make_role: Callable[..., str]
+) -> None:
+    role = await sync_to_async(make_role)("pg_read_all_data")
+    site, _ = inspector_site(role)
+    session = ToolSession(site=site)
+    ask = asker(site, session, analyst)
+
+    try:
+        [[pid]] = (await ask("SELECT pg_backend_pid()")).result.data["rows"]
+        await sync_to_async(make_superuser)(role)
+        await sync_to_async(terminate)(pid)
+        refused = await ask("COPY (SELECT 1) TO PROGRAM 'true'")
+    finally:
+        await session.stop()
+
+    assert refused.decision == "failed"
+    assert refused.code == "unsafe_database_role"
+    entry = await AuditEntry.objects.aget(pk=refused.audit_id)
+    assert entry.decision == AuditEntry.Decision.FAILED
