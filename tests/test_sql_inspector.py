@@ -573,7 +573,11 @@ async def test_as_a_superuser_it_refuses_to_start_and_its_tools_are_unavailable(
     assert instance.error.startswith(
         f"UnsafeDatabaseRole: database role {superuser!r} is (or may become) a superuser: "
     )
-    assert f"database role {superuser!r} is (or may become) a superuser" in caplog.text
+    [logged] = [record.getMessage() for record in caplog.records]
+    assert logged.startswith(
+        "Toolset role_test_database failed to start: UnsafeDatabaseRole: "
+        f"database role {superuser!r} is (or may become) a superuser: "
+    )
     decisions = [
         entry.decision
         async for entry in AuditEntry.objects.filter(pk__in=[o.audit_id for o in outcomes])
