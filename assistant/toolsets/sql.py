@@ -55,7 +55,7 @@ ROLE_QUERY = (
 )
 
 
-def role_problem(row: tuple[str, bool, list[str]]) -> str | None:
+def _unfit(row: tuple[str, bool, list[str]]) -> str | None:
     """What makes a role (a ``ROLE_QUERY`` row) unfit for the inspector, or None."""
     user, superuser, members = row
     if superuser:
@@ -85,7 +85,7 @@ class _Postgres:
         self.connection = await psycopg.AsyncConnection.connect(self.conninfo, **self.params)
         async with self.connection.cursor() as cursor:
             await cursor.execute(ROLE_QUERY, [list(SERVER_ROLES)])
-            problem = role_problem(await cursor.fetchone())
+            problem = _unfit(await cursor.fetchone())
         if problem is not None:
             await self.connection.close()
             raise unsafe_role(problem)
@@ -336,7 +336,7 @@ class SQLInspector(Toolset):
         except psycopg.Error as exc:
             raise QueryError(str(exc).strip().splitlines()[0]) from exc
         assert row is not None
-        return role_problem(row)
+        return _unfit(row)
 
     async def on_start(self, cancel: CancellationToken) -> None:
         self.backend = _backend(self.database, self.role)
