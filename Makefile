@@ -31,6 +31,7 @@ demo: $(BIN)/.installed
 	$(BIN)/python manage.py migrate --noinput -v 0
 	$(BIN)/python manage.py demo_users
 	$(BIN)/python manage.py demo_dashboards
+	$(BIN)/python manage.py demo_sql_role
 	@echo "Background jobs: a db_worker runs beside the server (stopped with it)."
 	$(BIN)/python manage.py db_worker --no-reload --interval 0.5 --queue-name '*' & worker=$$!; \
 		trap 'kill $$worker 2>/dev/null' EXIT INT TERM; \

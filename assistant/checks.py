@@ -349,3 +349,41 @@ def check_planner(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
             )
         )
     return errors
+
+
+@register("database")
+def check_sql_inspector_roles(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """assistant.W010: an SQL inspector connects as an unsafe role (``check --database``)."""
+    return sql_role_warnings(registry, databases)
+
+
+def sql_role_warnings(site: ToolRegistry, databases: Any) -> list[CheckMessage]:
+    """Ask the server about the role of each of ``site``'s SQL inspectors on ``databases``."""
+    if not databases:
+        return []
+    from .toolsets.sql import QueryError, SQLInspector
+
+    warnings: list[CheckMessage] = []
+    for toolset in site.toolsets.values():
+        if not issubclass(toolset, SQLInspector):
+            continue
+        is_alias = "://" not in toolset.database and "=" not in toolset.database
+        if is_alias and toolset.database not in databases:
+            continue
+        try:
+            problem = toolset.role_problem()
+        except QueryError:
+            continue  # unreachable or the role not created yet: its start fails and logs why
+        if problem is not None:
+            warnings.append(
+                Warning(
+                    f"SQL inspector {toolset.name!r}: {problem}; it refuses to start.",
+                    hint="Set its `role` to a read-only role (CREATE ROLE ... LOGIN; GRANT "
+                    "SELECT ON ...), see the README's SQL inspector section.",
+                    obj=toolset,
+                    id="assistant.W010",
+                )
+            )
+    return warnings

@@ -97,6 +97,13 @@ class ToolUnavailable(AssistantError):
     status = 503
 
 
+class UnsafeDatabaseRole(AssistantError, ImproperlyConfigured):
+    """The SQL inspector's database role could run programs or read files on the server."""
+
+    code = "unsafe_database_role"
+    status = 503
+
+
 class ConversationNotFound(AssistantError, LookupError):
     """No such conversation of yours."""
 

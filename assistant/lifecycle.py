@@ -283,7 +283,7 @@ class ToolSession:
             instance.state = ToolLifecycleState.FAILED
             instance.error = f"{type(exc).__name__}: {exc}"
             instance.cancel_token.cancel()
-            logger.exception("Toolset %s failed to start", type(instance).name)
+            logger.exception("Toolset %s failed to start: %s", type(instance).name, instance.error)
         else:
             instance.state = ToolLifecycleState.STARTED
         finally:

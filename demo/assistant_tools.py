@@ -12,6 +12,7 @@ from assistant import ToolCall, ToolResult, assistant_tool, register_toolset
 from assistant.toolsets.sql import SQLInspector
 
 from .jobs import build_user_report
+from .management.commands import demo_sql_role
 
 User = get_user_model()
 
@@ -115,6 +116,7 @@ class DemoDatabase(SQLInspector):
 
     name = "demo_database"
     database = "default"
+    role = demo_sql_role.ROLE  # PostgreSQL: `manage.py demo_sql_role` creates it (SQLite: no role)
     # One connection per server process, not one per open chat: a session-scoped inspector
     # would hold a database connection for every socket (and exhaust max_connections).
     scope = "process"

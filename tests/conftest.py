@@ -34,6 +34,39 @@ def _close_executor_connections() -> Any:
     SyncToAsync.single_thread_executor.submit(connections.close_all).result()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _sql_inspector_role(request: pytest.FixtureRequest) -> Iterator[str | None]:
+    """On PostgreSQL the suite connects as a superuser; the SQL inspector refuses to, so it reads
+    as a login role of this run's own (``pg_read_all_data``), dropped at the end."""
+    from django.conf import settings
+
+    from tests.testapp.assistant_tools import TestDatabase
+
+    database = settings.DATABASES["default"]
+    if not database["ENGINE"].endswith("postgresql"):
+        yield None
+        return
+    request.getfixturevalue("django_db_setup")
+    blocker = request.getfixturevalue("django_db_blocker")
+    role = f"{database['TEST']['NAME']}_reader"
+    with blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(f'DROP ROLE IF EXISTS "{role}"')
+        cursor.execute(f'CREATE ROLE "{role}" LOGIN')
+        cursor.execute(f'GRANT pg_read_all_data TO "{role}"')
+    os.environ["ASSISTANT_TEST_SQL_ROLE"] = TestDatabase.role = role  # and server subprocesses'
+    yield role
+    with blocker.unblock(), connection.cursor() as cursor:
+        drop_role(cursor, role)
+
+
+def drop_role(cursor: Any, role: str) -> None:
+    """Drop a test's cluster-wide role, ending its connections first."""
+    cursor.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", [role]
+    )
+    cursor.execute(f'DROP ROLE IF EXISTS "{role}"')
+
+
 def perm(label: str) -> Permission:
     app_label, codename = label.split(".")
     return Permission.objects.get(content_type__app_label=app_label, codename=codename)

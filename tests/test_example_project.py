@@ -1,4 +1,4 @@
-"""The example project end to end: its management commands in a fresh process on a fresh SQLite file."""
+"""The example project end to end: its management commands in a fresh process on a fresh database."""
 
 from __future__ import annotations
 
@@ -149,3 +149,133 @@ def test_the_inventory_refuses_an_unknown_user(project: Project) -> None:
 
     assert result.returncode == 1
     assert "No user named 'nobody'" in result.stderr
+
+
+# The demo's SQL inspector as the admin: start it, list the tables, ask for queries and confirm them.
+INSPECT = """
+import asyncio, json
+from django.contrib.auth import get_user_model
+from assistant.confirmation import aconfirm_action
+from assistant.dispatch import adispatch
+from assistant.lifecycle import ToolSession
+from demo.assistant_tools import DemoDatabase
+
+async def main():
+    admin = await get_user_model().objects.aget(username="admin")
+    session = ToolSession()
+
+    async def query(sql):
+        asked = await adispatch("run_readonly_query", {"sql": sql}, user=admin, session=session)
+        assert asked.decision == "confirmation_requested", asked.text
+        confirmed = await aconfirm_action(asked.pending_action.pk, user=admin, session=session)
+        return confirmed.text
+
+    try:
+        tables = await adispatch("list_tables", {}, user=admin, session=session)
+        users = await adispatch("describe_table", {"table": "auth_user"}, user=admin, session=session)
+        report = {
+            "state": str(session.state(DemoDatabase)),
+            "tables": tables.result.data,
+            "auth_user": [row["column"] for row in users.result.data],
+            "count": await query("SELECT count(*) AS users FROM auth_user"),
+            "password": await query("SELECT password FROM auth_user"),
+            "program": await query("COPY (SELECT 1) TO PROGRAM 'true'"),
+            "write": await query("DELETE FROM auth_user"),
+        }
+    finally:
+        await session.stop()
+    print(json.dumps(report))
+
+asyncio.run(main())
+"""
+REFUSED = "The database refused the query: "
+
+
+def inspect(project: Project) -> dict[str, Any]:
+    result = subprocess.run(
+        [sys.executable, "manage.py", "shell", "--no-imports", "-c", INSPECT],
+        cwd=REPO,
+        env=project.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    report: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    return report
+
+
+def test_on_sqlite_there_is_no_role_to_create(project: Project) -> None:
+    result = project.run("demo_sql_role")
+
+    assert "no role to create" in result.stdout
+
+
+def test_on_sqlite_the_inspector_reads_the_file_and_writes_nothing(
+    project: Project, demo_users: str
+) -> None:
+    report = inspect(project)
+
+    assert report["state"] == "started"
+    assert "auth_user" in report["tables"]
+    assert "django_session" not in report["tables"]
+    header, column, users = report["count"].splitlines()
+    assert (header, column) == ("1 rows:", "users")
+    assert int(users) >= len(DEMO_USERS)  # other tests of this module add users of their own
+    assert report["program"].startswith(REFUSED)
+    assert report["write"].startswith(REFUSED)
+
+
+@pytest.fixture(scope="module")
+def postgres_project() -> Any:
+    """The example project on a fresh PostgreSQL database of its own, set up as `make demo` does,
+    its inspector reading as a role of this run's own; both dropped afterwards."""
+    import dj_database_url
+    import psycopg
+
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith(("postgres://", "postgresql://")):
+        pytest.skip("needs PostgreSQL (set DATABASE_URL=postgres://...)")
+    settings = dj_database_url.parse(url)
+    name = f"{os.environ.get('ASSISTANT_TEST_DB', 'test_assistant')}_demo"
+    admin = psycopg.connect(url, autocommit=True)
+    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.execute(f'CREATE DATABASE "{name}"')
+    user = settings["USER"]
+    project = Project(Path(name))
+    project.env["DATABASE_URL"] = f"postgres://{user}@{settings['HOST']}:{settings['PORT']}/{name}"
+    project.env["DEMO_SQL_ROLE"] = f"{name}_reader"
+    try:
+        for command in ("migrate", "demo_users", "demo_sql_role"):
+            project.run(command)
+        yield project
+    finally:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.execute(f'DROP ROLE IF EXISTS "{name}_reader"')
+        admin.close()
+
+
+@pytest.mark.postgres
+def test_on_postgresql_the_inspector_reads_as_its_role_and_no_more(
+    postgres_project: Project,
+) -> None:
+    report = inspect(postgres_project)
+
+    assert report["state"] == "started"
+    assert "auth_user" in report["tables"]
+    assert {"django_session", "authtoken_token"}.isdisjoint(report["tables"])
+    assert "password" not in report["auth_user"]
+    header, column, users = report["count"].splitlines()
+    assert (header, column) == ("1 rows:", "users")
+    assert int(users) >= len(DEMO_USERS)
+    assert report["password"].startswith(REFUSED + "permission denied for table auth_user")
+    assert report["program"].startswith(REFUSED)
+    assert "pg_execute_server_program" in report["program"]
+    assert report["write"].startswith(REFUSED)
+
+
+@pytest.mark.postgres
+def test_on_postgresql_demo_sql_role_can_run_again(postgres_project: Project) -> None:
+    result = postgres_project.run("demo_sql_role")
+
+    assert "nor password hashes" in result.stdout

@@ -3,19 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+import io
+import logging
+import sqlite3
+import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.core.management import call_command
 from django.db import connection
 
-from assistant import CancellationToken
-from assistant.chat import arun_turn
+from assistant import CancellationToken, register_toolset
+from assistant.chat import answer_action, arun_turn, decision_turn, run_started_turn
+from assistant.checks import sql_role_warnings
+from assistant.confirmation import aconfirm_action
 from assistant.dispatch import DispatchCancelled, Outcome, adispatch
 from assistant.lifecycle import ToolLifecycleState, ToolSession
-from assistant.models import AuditEntry, Message
+from assistant.models import AuditEntry, Message, PendingAction
+from assistant.registry import ToolRegistry
+from assistant.toolsets.sql import SQLInspector, _backend
+from tests.conftest import drop_role
 from tests.testapp import assistant_tools as testapp_tools
 from tests.testapp.models import Order
 
@@ -69,6 +81,20 @@ def run(session: ToolSession, analyst: Any) -> Callable[..., Any]:
         return await adispatch(operation, entities, user=user, session=session)
 
     return call
+
+
+@pytest.fixture
+def query(session: ToolSession, analyst: Any) -> Callable[..., Any]:
+    """Ask for a query as the analyst, then confirm it: the outcome of the confirmed run."""
+
+    async def ask_and_confirm(sql: str, **entities: Any) -> Outcome:
+        asked = await adispatch(
+            "run_readonly_query", {"sql": sql, **entities}, user=analyst, session=session
+        )
+        assert asked.decision == "confirmation_requested", asked.text
+        return await aconfirm_action(asked.pending_action.pk, user=analyst, session=session)
+
+    return ask_and_confirm
 
 
 def order_count() -> int:
@@ -153,11 +179,11 @@ BY_REFERENCE = "SELECT reference, status FROM testapp_order ORDER BY reference"
 
 
 async def test_a_query_returns_its_columns_and_rows(
-    run: Callable[..., Any], orders: list[str]
+    query: Callable[..., Any], orders: list[str]
 ) -> None:
-    outcome = await run("run_readonly_query", sql=BY_REFERENCE)
+    outcome = await query(BY_REFERENCE)
 
-    assert outcome.decision == "executed"
+    assert outcome.decision == "confirmed"
     data = outcome.result.data
     assert data["columns"] == ["reference", "status"]
     assert data["rows"] == [[reference, "open"] for reference in orders]
@@ -165,9 +191,9 @@ async def test_a_query_returns_its_columns_and_rows(
 
 
 async def test_the_model_sees_at_most_ten_rows_while_the_data_has_them_all(
-    run: Callable[..., Any], orders: list[str]
+    query: Callable[..., Any], orders: list[str]
 ) -> None:
-    outcome = await run("run_readonly_query", sql=BY_REFERENCE)
+    outcome = await query(BY_REFERENCE)
 
     header, *lines = outcome.text.splitlines()
     assert header == f"{ORDERS} rows (first 10 shown):"
@@ -175,10 +201,9 @@ async def test_the_model_sees_at_most_ten_rows_while_the_data_has_them_all(
     assert len(outcome.result.data["rows"]) == ORDERS
 
 
-async def test_a_short_result_is_shown_whole(run: Callable[..., Any], orders: list[str]) -> None:
-    outcome = await run(
-        "run_readonly_query",
-        sql="SELECT reference, owner_id FROM testapp_order ORDER BY reference LIMIT 3",
+async def test_a_short_result_is_shown_whole(query: Callable[..., Any], orders: list[str]) -> None:
+    outcome = await query(
+        "SELECT reference, owner_id FROM testapp_order ORDER BY reference LIMIT 3",
     )
 
     assert outcome.text.splitlines() == [
@@ -188,8 +213,8 @@ async def test_a_short_result_is_shown_whole(run: Callable[..., Any], orders: li
     ]
 
 
-async def test_rows_are_capped_by_the_limit(run: Callable[..., Any], orders: list[str]) -> None:
-    outcome = await run("run_readonly_query", sql=BY_REFERENCE, limit=12)
+async def test_rows_are_capped_by_the_limit(query: Callable[..., Any], orders: list[str]) -> None:
+    outcome = await query(BY_REFERENCE, limit=12)
 
     data = outcome.result.data
     assert [row[0] for row in data["rows"]] == orders[:12]
@@ -198,24 +223,24 @@ async def test_rows_are_capped_by_the_limit(run: Callable[..., Any], orders: lis
 
 
 async def test_rows_are_capped_by_the_toolsets_row_limit(
-    run: Callable[..., Any], orders: list[str], monkeypatch: pytest.MonkeyPatch
+    query: Callable[..., Any], orders: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(testapp_tools.TestDatabase, "row_limit", 5)
 
-    outcome = await run("run_readonly_query", sql=BY_REFERENCE, limit=100)
+    outcome = await query(BY_REFERENCE, limit=100)
 
     assert [row[0] for row in outcome.result.data["rows"]] == orders[:5]
     assert outcome.result.data["truncated"] is True
     assert outcome.text.splitlines()[0] == "5+ rows:"
 
 
-async def test_a_query_error_is_answered_not_raised(run: Callable[..., Any]) -> None:
-    outcome = await run("run_readonly_query", sql="SELECT missing FROM no_such_table")
+async def test_a_query_error_is_answered_not_raised(query: Callable[..., Any]) -> None:
+    outcome = await query("SELECT missing FROM no_such_table")
 
-    assert outcome.decision == "executed"
+    assert outcome.decision == "confirmed"
     assert outcome.text.startswith("The database refused the query: ")
     assert "no_such_table" in outcome.text
-    follow_up = await run("run_readonly_query", sql="SELECT 1 AS one")
+    follow_up = await query("SELECT 1 AS one")
     assert follow_up.result.data["rows"] == [[1]]
 
 
@@ -230,9 +255,9 @@ async def test_a_query_error_is_answered_not_raised(run: Callable[..., Any]) -> 
     ids=["insert", "update", "delete"],
 )
 async def test_a_write_is_refused_and_changes_nothing(
-    run: Callable[..., Any], orders: list[str], sql: str
+    query: Callable[..., Any], orders: list[str], sql: str
 ) -> None:
-    outcome = await run("run_readonly_query", sql=sql)
+    outcome = await query(sql)
 
     assert outcome.text.startswith("The database refused the query: ")
     assert any(word in outcome.text.lower() for word in ("read-only", "readonly"))
@@ -242,8 +267,8 @@ async def test_a_write_is_refused_and_changes_nothing(
     assert statuses == [(reference, "open") for reference in orders]
 
 
-async def test_a_dropped_table_stays(run: Callable[..., Any], orders: list[str]) -> None:
-    outcome = await run("run_readonly_query", sql="DROP TABLE testapp_order")
+async def test_a_dropped_table_stays(query: Callable[..., Any], orders: list[str]) -> None:
+    outcome = await query("DROP TABLE testapp_order")
 
     assert outcome.text.startswith("The database refused the query: ")
     assert await sync_to_async(order_count)() == ORDERS
@@ -260,17 +285,17 @@ LIFT_THE_GUARD = {
 
 
 async def test_a_query_cannot_lift_the_read_only_guard(
-    run: Callable[..., Any], orders: list[str]
+    query: Callable[..., Any], orders: list[str]
 ) -> None:
     for sql in LIFT_THE_GUARD[connection.vendor]:
-        await run("run_readonly_query", sql=sql)
+        await query(sql)
 
     assert await sync_to_async(order_count)() == ORDERS
     if connection.vendor == "sqlite":
-        guard = await run("run_readonly_query", sql="PRAGMA query_only")
+        guard = await query("PRAGMA query_only")
         assert guard.result.data["rows"] == [[1]]
     else:
-        guard = await run("run_readonly_query", sql="SHOW default_transaction_read_only")
+        guard = await query("SHOW default_transaction_read_only")
         assert guard.result.data["rows"] == [["on"]]
 
 
@@ -324,24 +349,24 @@ async def test_a_denied_call_does_not_start_the_toolset(
 
 
 async def test_the_statement_timeout_stops_a_long_query(
-    run: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+    query: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(testapp_tools.TestDatabase, "statement_timeout", 0.3)
 
     started = time.monotonic()
-    outcome = await run("run_readonly_query", sql=ENDLESS[connection.vendor])
+    outcome = await query(ENDLESS[connection.vendor])
 
     assert time.monotonic() - started < 2
     assert outcome.text.startswith("The database refused the query: ")
-    follow_up = await run("run_readonly_query", sql="SELECT 1 AS one")
+    follow_up = await query("SELECT 1 AS one")
     assert follow_up.result.data["rows"] == [[1]]
 
 
 async def test_a_cancelled_call_stops_its_query_and_leaves_the_connection_usable(
-    run: Callable[..., Any], session: ToolSession
+    query: Callable[..., Any], session: ToolSession
 ) -> None:
     await session.start(testapp_tools.TestDatabase)  # so the query starts at once
-    call = asyncio.ensure_future(run("run_readonly_query", sql=ENDLESS[connection.vendor]))
+    call = asyncio.ensure_future(query(ENDLESS[connection.vendor]))
     await asyncio.sleep(0.3)
 
     started = time.monotonic()
@@ -353,7 +378,7 @@ async def test_a_cancelled_call_stops_its_query_and_leaves_the_connection_usable
     assert stopped.value.outcome.decision == "cancelled"
     entry = await AuditEntry.objects.aget(pk=stopped.value.outcome.audit_id)
     assert entry.decision == AuditEntry.Decision.CANCELLED
-    follow_up = await asyncio.wait_for(run("run_readonly_query", sql="SELECT 1 AS one"), WAIT)
+    follow_up = await asyncio.wait_for(query("SELECT 1 AS one"), WAIT)
     assert follow_up.result.data["rows"] == [[1]]
 
 
@@ -382,28 +407,39 @@ async def sleeping_on_server(count: int, within: float = WAIT) -> bool:
 
 
 @pytest.mark.postgres
-async def test_cancelling_the_turn_cancels_its_query_on_the_server(analyst: Any) -> None:
+async def test_cancelling_the_confirmed_run_cancels_its_query_on_the_server(analyst: Any) -> None:
+    asked = await arun_turn(analyst, 'run query "SELECT pg_sleep(30)"')
+    assert [outcome.decision for outcome in asked.outcomes] == ["confirmation_requested"]
+    action = asked.outcomes[0].pending_action
+    assert await sleeping_on_server(0, within=0.5)  # nothing runs before the user confirms
     token = CancellationToken()
-    turn = asyncio.ensure_future(
-        arun_turn(analyst, 'run query "SELECT pg_sleep(30)"', cancel=token)
+    confirm = await sync_to_async(decision_turn)(
+        analyst, action.pk, confirm=True, source="websocket"
     )
+    confirm.cancel = token
+
+    async def work(turn: Any) -> None:
+        await answer_action(turn, action.pk, confirm=True)
+
+    run = asyncio.ensure_future(run_started_turn(confirm, work))
     assert await sleeping_on_server(1)
 
     started = time.monotonic()
     token.cancel()
-    result = await asyncio.wait_for(turn, WAIT)
+    result = await asyncio.wait_for(run, WAIT)
 
     assert time.monotonic() - started < 2
     assert result.assistant_message.status == Message.Status.CANCELLED
-    assert [outcome.decision for outcome in result.outcomes] == ["cancelled"]
+    entry = await AuditEntry.objects.filter(operation="run_readonly_query").alatest("pk")
+    assert entry.decision == AuditEntry.Decision.CANCELLED
     assert await sleeping_on_server(0, within=0.5)
 
 
 @pytest.mark.postgres
 async def test_cancelling_the_session_cancels_a_running_query_on_the_server(
-    run: Callable[..., Any], session: ToolSession
+    query: Callable[..., Any], session: ToolSession
 ) -> None:
-    call = asyncio.ensure_future(run("run_readonly_query", sql="SELECT pg_sleep(30)"))
+    call = asyncio.ensure_future(query("SELECT pg_sleep(30)"))
     assert await sleeping_on_server(1)
 
     started = time.monotonic()
@@ -420,15 +456,317 @@ async def test_cancelling_the_session_cancels_a_running_query_on_the_server(
 
 @pytest.mark.postgres
 async def test_the_statement_timeout_leaves_no_query_running_on_the_server(
-    run: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+    query: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(testapp_tools.TestDatabase, "statement_timeout", 0.5)
 
     started = time.monotonic()
-    outcome = await run("run_readonly_query", sql="SELECT pg_sleep(10)")
+    outcome = await query("SELECT pg_sleep(10)")
 
     assert time.monotonic() - started < 2
     assert outcome.text == (
         "The database refused the query: canceling statement due to statement timeout"
     )
     assert await sleeping_on_server(0, within=0.5)
+
+
+# -- on SQLite: the file itself is opened read-only --------------------------------------------
+
+
+async def test_a_sqlite_file_is_opened_read_only_beneath_the_query_guards(tmp_path: Path) -> None:
+    path = tmp_path / "reporting.sqlite3"
+    with sqlite3.connect(path) as setup:
+        setup.execute("CREATE TABLE report (line TEXT)")
+    backend = _backend(f"sqlite://{path}")
+    await backend.connect()
+    try:
+        raw = backend.connection
+        raw.execute("PRAGMA query_only = OFF")  # past the guard the query path keeps on
+        with pytest.raises(sqlite3.OperationalError, match="readonly database"):
+            raw.execute("INSERT INTO report VALUES ('sneaky')")
+    finally:
+        await backend.close()
+    with sqlite3.connect(path) as check:
+        assert check.execute("SELECT count(*) FROM report").fetchone() == (0,)
+
+
+# -- on PostgreSQL: the role it connects as ------------------------------------------------------
+
+
+@pytest.fixture
+def make_role() -> Iterator[Callable[..., str]]:
+    """Cluster-wide roles with names of this run's own (``options`` and ``grants`` in SQL),
+    dropped after the test."""
+    created: list[str] = []
+
+    def make(*grants: str, options: str = "LOGIN") -> str:
+        role = f"{connection.settings_dict['NAME']}_{uuid.uuid4().hex[:8]}"
+        with connection.cursor() as cursor:
+            cursor.execute(f'CREATE ROLE "{role}" {options}')
+            created.append(role)
+            for granted in grants:
+                cursor.execute(f'GRANT {granted} TO "{role}"')
+        return role
+
+    yield make
+    with connection.cursor() as cursor:
+        for role in reversed(created):
+            drop_role(cursor, role)
+
+
+def inspector_site(role: str) -> tuple[ToolRegistry, type[SQLInspector]]:
+    """A registry of its own with an inspector on the test database, connecting as ``role``."""
+
+    class RoleInspector(SQLInspector):
+        name = "role_test_database"
+
+    RoleInspector.role = role
+    site = ToolRegistry("sql-role-test")
+    register_toolset(site=site)(RoleInspector)
+    return site, RoleInspector
+
+
+async def try_inspector(
+    role: str, user: Any
+) -> tuple[type[SQLInspector], ToolSession, list[Outcome]]:
+    """List the tables and ask for a query with an inspector connecting as ``role``."""
+    site, inspector = inspector_site(role)
+    session = ToolSession(site=site)
+    try:
+        outcomes = [
+            await adispatch("list_tables", {}, user=user, site=site, session=session),
+            await adispatch(
+                "run_readonly_query",
+                {"sql": "COPY (SELECT 1) TO PROGRAM 'true'"},
+                user=user,
+                site=site,
+                session=session,
+            ),
+        ]
+    finally:
+        await session.stop()
+    return inspector, session, outcomes
+
+
+def is_superuser() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+        return bool(cursor.fetchone()[0])
+
+
+@pytest.mark.postgres
+async def test_as_a_superuser_it_refuses_to_start_and_its_tools_are_unavailable(
+    analyst: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    superuser = connection.settings_dict["USER"]  # the suite's own role: a superuser in CI
+    if not await sync_to_async(is_superuser)():
+        pytest.skip(f"the suite connects as {superuser!r}, not a superuser")
+
+    with caplog.at_level(logging.ERROR, logger="assistant.lifecycle"):
+        inspector, session, outcomes = await try_inspector("", analyst)
+
+    assert session.state(inspector) is ToolLifecycleState.FAILED
+    assert [outcome.decision for outcome in outcomes] == ["unavailable", "unavailable"]
+    assert [outcome.code for outcome in outcomes] == ["unavailable", "unavailable"]
+    instance = session.instance(inspector)
+    assert instance is not None
+    assert instance.error.startswith(
+        f"UnsafeDatabaseRole: database role {superuser!r} is (or may become) a superuser: "
+    )
+    [logged] = [record.getMessage() for record in caplog.records]
+    assert logged.startswith(
+        "Toolset role_test_database failed to start: UnsafeDatabaseRole: "
+        f"database role {superuser!r} is (or may become) a superuser: "
+    )
+    decisions = [
+        entry.decision
+        async for entry in AuditEntry.objects.filter(pk__in=[o.audit_id for o in outcomes])
+    ]
+    assert decisions == [AuditEntry.Decision.UNAVAILABLE] * 2
+    assert not await PendingAction.objects.filter(operation="run_readonly_query").aexists()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("grants", "named"),
+    [
+        (["pg_read_server_files"], "is a member of pg_read_server_files"),
+        (["pg_write_server_files"], "is a member of pg_write_server_files"),
+        (["pg_execute_server_program"], "is a member of pg_execute_server_program"),
+        (["{group}"], "is a member of pg_execute_server_program"),  # inherited through a group
+        (["{superuser}"], "is (or may become) a superuser"),  # may SET ROLE to a superuser
+    ],
+    ids=["read-files", "write-files", "programs", "through-a-group", "superuser-member"],
+)
+async def test_a_role_that_reaches_server_files_or_programs_is_refused(
+    analyst: Any, make_role: Callable[..., str], grants: list[str], named: str
+) -> None:
+    group = await sync_to_async(make_role)("pg_execute_server_program", options="NOLOGIN")
+    superuser = f'"{connection.settings_dict["USER"]}"'
+    grants = [grant.format(group=f'"{group}"', superuser=superuser) for grant in grants]
+    role = await sync_to_async(make_role)("pg_read_all_data", *grants)
+
+    inspector, session, outcomes = await try_inspector(role, analyst)
+
+    assert session.state(inspector) is ToolLifecycleState.FAILED
+    assert [outcome.code for outcome in outcomes] == ["unavailable", "unavailable"]
+    instance = session.instance(inspector)
+    assert instance is not None
+    assert f"database role {role!r} {named}" in instance.error
+
+
+@pytest.mark.postgres
+def test_the_check_warns_about_an_unsafe_role_only_when_asked_to_use_the_database(
+    make_role: Callable[..., str],
+) -> None:
+    superuser_site, _ = inspector_site("")
+    reader_site, _ = inspector_site(make_role("pg_read_all_data"))
+    files_site, _ = inspector_site(make_role("pg_read_server_files"))
+
+    warnings = sql_role_warnings(superuser_site, ["default"])
+    assert [warning.id for warning in warnings] == ["assistant.W010"]
+    assert "superuser" in warnings[0].msg
+    assert warnings[0].hint
+    assert [w.id for w in sql_role_warnings(files_site, ["default"])] == ["assistant.W010"]
+    assert sql_role_warnings(reader_site, ["default"]) == []
+    assert sql_role_warnings(superuser_site, None) == []  # plain `check`: no connection
+    assert sql_role_warnings(superuser_site, ["other"]) == []  # another alias is not asked
+
+
+@pytest.mark.postgres
+def test_manage_py_check_database_reports_the_unsafe_role(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(testapp_tools.TestDatabase, "role", "")  # the suite's superuser
+
+    plain, with_database = io.StringIO(), io.StringIO()
+    call_command("check", stdout=plain, stderr=plain)
+    call_command("check", "--database", "default", stdout=with_database, stderr=with_database)
+
+    assert "assistant.W010" not in plain.getvalue()
+    assert "assistant.W010" in with_database.getvalue()
+    assert "'test_database'" in with_database.getvalue()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("sql", "refusal"),
+    [
+        (
+            "COPY (SELECT 1) TO PROGRAM 'touch {marker}'",
+            "have privileges of the pg_execute_server_program role",
+        ),
+        ("COPY testapp_order TO '{marker}'", "have privileges of the pg_write_server_files role"),
+        ("SELECT pg_read_file('/etc/hostname')", "permission denied for function pg_read_file"),
+        ("SELECT pg_ls_dir('.')", "permission denied for function pg_ls_dir"),
+    ],
+    ids=["copy-to-program", "copy-to-file", "pg_read_file", "pg_ls_dir"],
+)
+async def test_as_a_read_only_role_server_programs_and_files_are_refused(
+    query: Callable[..., Any], session: ToolSession, sql: str, refusal: str
+) -> None:
+    marker = Path(tempfile.gettempdir()) / f"assistant-sql-{uuid.uuid4().hex}"
+
+    outcome = await query(sql.format(marker=marker))
+
+    assert session.state(testapp_tools.TestDatabase) is ToolLifecycleState.STARTED
+    assert outcome.decision == "confirmed"
+    assert outcome.text.startswith("The database refused the query: ")
+    assert refusal in outcome.text
+    assert not marker.exists()
+    entry = await AuditEntry.objects.aget(pk=outcome.audit_id)
+    assert entry.decision == AuditEntry.Decision.CONFIRMED
+    follow_up = await query("SELECT count(*) FROM testapp_order")
+    assert follow_up.result.data["rows"] == [[0]]
+
+
+def asker(site: ToolRegistry, session: ToolSession, user: Any) -> Callable[[str], Any]:
+    """Ask for a query on ``site``'s inspector and confirm it."""
+
+    async def ask(sql: str) -> Outcome:
+        asked = await adispatch(
+            "run_readonly_query", {"sql": sql}, user=user, site=site, session=session
+        )
+        pk = asked.pending_action.pk
+        return await aconfirm_action(pk, user=user, site=site, session=session)
+
+    return ask
+
+
+def terminate(pid: int) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])
+
+
+def allow_login(role: str, allowed: bool) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(f'ALTER ROLE "{role}" {"LOGIN" if allowed else "NOLOGIN"}')
+
+
+@pytest.mark.postgres
+async def test_after_its_connection_was_terminated_the_next_query_reconnects(
+    query: Callable[..., Any], session: ToolSession
+) -> None:
+    first = await query("SELECT pg_backend_pid()")
+    [[pid]] = first.result.data["rows"]
+
+    await sync_to_async(terminate)(pid)
+    second = await query("SELECT pg_backend_pid()")
+
+    assert second.decision == "confirmed"
+    [[new_pid]] = second.result.data["rows"]
+    assert new_pid != pid
+    guard = await query("SHOW default_transaction_read_only")
+    assert guard.result.data["rows"] == [["on"]]
+    assert session.state(testapp_tools.TestDatabase) is ToolLifecycleState.STARTED
+
+
+@pytest.mark.postgres
+async def test_while_the_server_refuses_it_the_query_is_refused_then_it_reconnects(
+    analyst: Any, make_role: Callable[..., str]
+) -> None:
+    role = await sync_to_async(make_role)("pg_read_all_data")
+    site, _ = inspector_site(role)
+    session = ToolSession(site=site)
+    ask = asker(site, session, analyst)
+
+    try:
+        [[pid]] = (await ask("SELECT pg_backend_pid()")).result.data["rows"]
+        await sync_to_async(allow_login)(role, False)  # as if the server were still down
+        await sync_to_async(terminate)(pid)
+        down = await ask("SELECT 1")
+        await sync_to_async(allow_login)(role, True)
+        up = await ask("SELECT 1")
+    finally:
+        await session.stop()
+
+    assert down.decision == "confirmed"
+    assert down.text.startswith("The database refused the query: ")
+    assert "not permitted to log in" in down.text
+    assert up.result.data["rows"] == [[1]]
+
+
+def make_superuser(role: str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(f'ALTER ROLE "{role}" SUPERUSER')
+
+
+@pytest.mark.postgres
+async def test_a_reconnection_checks_the_role_again(
+    analyst: Any, make_role: Callable[..., str]
+) -> None:
+    role = await sync_to_async(make_role)("pg_read_all_data")
+    site, _ = inspector_site(role)
+    session = ToolSession(site=site)
+    ask = asker(site, session, analyst)
+
+    try:
+        [[pid]] = (await ask("SELECT pg_backend_pid()")).result.data["rows"]
+        await sync_to_async(make_superuser)(role)
+        await sync_to_async(terminate)(pid)
+        refused = await ask("COPY (SELECT 1) TO PROGRAM 'true'")
+    finally:
+        await session.stop()
+
+    assert refused.decision == "failed"
+    assert refused.code == "unsafe_database_role"
+    entry = await AuditEntry.objects.aget(pk=refused.audit_id)
+    assert entry.decision == AuditEntry.Decision.FAILED

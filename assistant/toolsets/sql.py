@@ -3,14 +3,18 @@
 The seed's Postgres example as a toolset: it connects on start (a Django ``DATABASES`` alias or a
 DSN), introspects and caches the schema, runs every query in a read-only transaction with a
 statement timeout and a row cap, cancels the query on the server when the run is stopped, and
-closes its connection on stop. Register it (or a subclass naming another database) to enable it:
+closes its connection on stop; a query whose connection the server dropped runs once more on a new
+one. Register it (or a subclass naming another database) to enable it:
 
     @register_toolset
     class ReportingDatabase(SQLInspector):
         database = "reporting"
+        role = "reporting_reader"
 
 Connect it as a database role that may read only what its users may see: a read-only
-transaction stops writes, not reads.
+transaction stops writes, not reads, and on PostgreSQL it refuses to start as a role that is
+(or may become) a superuser or a member of ``SERVER_ROLES`` (``COPY ... TO PROGRAM``,
+``pg_read_file``).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, Protocol
 
+from ..exceptions import UnsafeDatabaseRole
 from ..lifecycle import CancellationToken, Toolset
 from ..registry import ToolCall, ToolResult, assistant_tool
 
@@ -40,8 +45,35 @@ class _Backend(Protocol):
     async def close(self) -> None: ...
 
 
+# Roles that turn SQL into a shell or a file reader on the database server.
+SERVER_ROLES = ("pg_execute_server_program", "pg_read_server_files", "pg_write_server_files")
+ROLE_QUERY = (
+    "SELECT current_user, "
+    "EXISTS (SELECT 1 FROM pg_roles WHERE rolsuper AND pg_has_role(current_user, oid, 'MEMBER')), "
+    "ARRAY(SELECT rolname FROM pg_roles WHERE rolname = ANY(%s) "
+    "AND pg_has_role(current_user, oid, 'MEMBER') ORDER BY rolname)"
+)
+
+
+def _unfit(row: tuple[str, bool, list[str]]) -> str | None:
+    """What makes a role (a ``ROLE_QUERY`` row) unfit for the inspector, or None."""
+    user, superuser, members = row
+    if superuser:
+        return f"database role {user!r} is (or may become) a superuser"
+    if members:
+        return f"database role {user!r} is a member of {', '.join(members)}"
+    return None
+
+
+def unsafe_role(problem: str) -> UnsafeDatabaseRole:
+    return UnsafeDatabaseRole(
+        f"{problem}: its queries could run programs or read files on the database server. "
+        "Connect the SQL inspector as a read-only role (set `role`; see the README)."
+    )
+
+
 class _Postgres:
-    def __init__(self, conninfo: str | None, params: dict[str, Any]) -> None:
+    def __init__(self, conninfo: str, params: dict[str, Any]) -> None:
         self.conninfo = conninfo
         self.params = params
         self.connection: Any = None
@@ -50,10 +82,13 @@ class _Postgres:
     async def connect(self) -> None:
         import psycopg
 
-        if self.conninfo:
-            self.connection = await psycopg.AsyncConnection.connect(self.conninfo)
-        else:
-            self.connection = await psycopg.AsyncConnection.connect(**self.params)
+        self.connection = await psycopg.AsyncConnection.connect(self.conninfo, **self.params)
+        async with self.connection.cursor() as cursor:
+            await cursor.execute(ROLE_QUERY, [list(SERVER_ROLES)])
+            problem = _unfit(await cursor.fetchone())
+        if problem is not None:
+            await self.connection.close()
+            raise unsafe_role(problem)
         await self.connection.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
         await self.connection.commit()
 
@@ -71,25 +106,52 @@ class _Postgres:
             schema.setdefault(table, []).append((column, kind, nullable))
         return schema
 
-    async def query(self, sql: str, limit: int, seconds: float) -> tuple[list[str], list[Any]]:
+    def _lost(self) -> bool:
+        return self.connection is None or self.connection.closed or self.connection.broken
+
+    async def _reconnect(self) -> None:
+        """A new connection after the server dropped the old one (a restart, a terminate)."""
         import psycopg
 
+        if self.connection is not None:
+            with contextlib.suppress(Exception):
+                await self.connection.close()
+        try:
+            await self.connect()
+        except psycopg.Error as exc:
+            raise QueryError(str(exc).strip().splitlines()[0]) from exc
+
+    async def query(self, sql: str, limit: int, seconds: float) -> tuple[list[str], list[Any]]:
         async with self.lock:
+            if self._lost():
+                await self._reconnect()
             try:
-                async with self.connection.cursor() as cursor:
-                    await cursor.execute(f"SET LOCAL statement_timeout = {int(seconds * 1000)}")
-                    # Prepared: one statement only, so no COMMIT; SET ... READ WRITE; can follow.
-                    await cursor.execute(sql, prepare=True)
-                    columns = [column.name for column in cursor.description or []]
-                    rows = await cursor.fetchmany(limit + 1) if cursor.description else []
-            except asyncio.CancelledError:
-                await self.cancel()
-                await self._reset()
-                raise
-            except psycopg.Error as exc:
-                await self._reset()
-                raise QueryError(str(exc).strip().splitlines()[0]) from exc
-            await self.connection.rollback()
+                return await self._query(sql, limit, seconds)
+            except QueryError:
+                if not self._lost():
+                    raise
+            # The connection went under the query: run it once more on a new one (it only reads).
+            await self._reconnect()
+            return await self._query(sql, limit, seconds)
+
+    async def _query(self, sql: str, limit: int, seconds: float) -> tuple[list[str], list[Any]]:
+        import psycopg
+
+        try:
+            async with self.connection.cursor() as cursor:
+                await cursor.execute(f"SET LOCAL statement_timeout = {int(seconds * 1000)}")
+                # Prepared: one statement only, so no COMMIT; SET ... READ WRITE; can follow.
+                await cursor.execute(sql, prepare=True)
+                columns = [column.name for column in cursor.description or []]
+                rows = await cursor.fetchmany(limit + 1) if cursor.description else []
+        except asyncio.CancelledError:
+            await self.cancel()
+            await self._reset()
+            raise
+        except psycopg.Error as exc:
+            await self._reset()
+            raise QueryError(str(exc).strip().splitlines()[0]) from exc
+        await self.connection.rollback()
         return columns, rows
 
     async def _reset(self) -> None:
@@ -97,8 +159,9 @@ class _Postgres:
             await self.connection.rollback()
 
     async def cancel(self) -> None:
-        if self.connection is not None and not self.connection.closed:
-            await self.connection.cancel_safe()
+        if not self._lost():
+            with contextlib.suppress(Exception):
+                await self.connection.cancel_safe()
 
     async def close(self) -> None:
         if self.connection is not None:
@@ -197,29 +260,42 @@ def _read_only(action: int, *args: Any) -> int:
     return sqlite3.SQLITE_DENY
 
 
-def _backend(database: str) -> _Backend:
-    """A connection of its own to a Django database alias or a DSN."""
+def _postgres_args(database: str, role: str) -> tuple[str, dict[str, Any]] | None:
+    """psycopg's ``(conninfo, keywords)`` for a PostgreSQL alias or DSN (None: it is SQLite)."""
     if "://" in database or "=" in database:
         if database.startswith(("sqlite://", "file:")):
-            return _SQLite(database.removeprefix("sqlite://"))
-        return _Postgres(database, {})
+            return None
+        return database, {"user": role} if role else {}
     from django.db import connections
 
     connection = connections[database]
     if connection.vendor == "sqlite":
-        name = str(connection.settings_dict["NAME"])
-        return _SQLite(name if name != ":memory:" else "file::memory:?cache=shared")
-    if connection.vendor == "postgresql":
-        settings = connection.settings_dict
-        params = {
-            "dbname": settings["NAME"],
-            "user": settings.get("USER") or None,
-            "password": settings.get("PASSWORD") or None,
-            "host": settings.get("HOST") or None,
-            "port": settings.get("PORT") or None,
-        }
-        return _Postgres(None, {key: value for key, value in params.items() if value})
-    raise ValueError(f"SQLInspector supports PostgreSQL and SQLite, not {connection.vendor}")
+        return None
+    if connection.vendor != "postgresql":
+        raise ValueError(f"SQLInspector supports PostgreSQL and SQLite, not {connection.vendor}")
+    settings = connection.settings_dict
+    params = {
+        "dbname": settings["NAME"],
+        "user": role or settings.get("USER") or None,
+        # another role's password is its own (libpq's PGPASSFILE / ~/.pgpass), not the alias's
+        "password": None if role else settings.get("PASSWORD") or None,
+        "host": settings.get("HOST") or None,
+        "port": settings.get("PORT") or None,
+    }
+    return "", {key: value for key, value in params.items() if value}
+
+
+def _backend(database: str, role: str = "") -> _Backend:
+    """A connection of its own to a Django database alias or a DSN, as ``role`` if given."""
+    postgres = _postgres_args(database, role)
+    if postgres is not None:
+        return _Postgres(*postgres)
+    if "://" in database or "=" in database:
+        return _SQLite(database.removeprefix("sqlite://"))
+    from django.db import connections
+
+    name = str(connections[database].settings_dict["NAME"])
+    return _SQLite(name if name != ":memory:" else "file::memory:?cache=shared")
 
 
 def _table_text(rows: list[list[Any]], columns: list[str]) -> str:
@@ -235,6 +311,7 @@ class SQLInspector(Toolset):
     cacheable = True
     scope = "session"
     database: ClassVar[str] = "default"  # a DATABASES alias, or a DSN
+    role: ClassVar[str] = ""  # PostgreSQL: connect as this role instead of the alias's USER
     row_limit: ClassVar[int] = 200
     statement_timeout: ClassVar[float] = 5.0
     hidden_tables: ClassVar[frozenset[str]] = frozenset({"django_session", "authtoken_token"})
@@ -244,8 +321,25 @@ class SQLInspector(Toolset):
         self.backend: _Backend | None = None
         self.schema: dict[str, list[tuple[str, str, bool]]] = {}
 
+    @classmethod
+    def role_problem(cls) -> str | None:
+        """Why the role it connects as is unsafe (superuser, server file or program access)."""
+        import psycopg
+
+        postgres = _postgres_args(cls.database, cls.role)
+        if postgres is None:
+            return None  # SQLite: the file is opened read-only, there is no role
+        conninfo, params = postgres
+        try:
+            with psycopg.connect(conninfo, **params) as connection:
+                row = connection.execute(ROLE_QUERY, [list(SERVER_ROLES)]).fetchone()
+        except psycopg.Error as exc:
+            raise QueryError(str(exc).strip().splitlines()[0]) from exc
+        assert row is not None
+        return _unfit(row)
+
     async def on_start(self, cancel: CancellationToken) -> None:
-        self.backend = _backend(self.database)
+        self.backend = _backend(self.database, self.role)
         await self.backend.connect()
         schema = await self.backend.tables()
         self.schema = {
@@ -304,6 +398,7 @@ class SQLInspector(Toolset):
             "writes are refused by the database"
         ),
         risk_level="guarded",
+        requires_confirmation=True,  # raw SQL: the user sees the query before it runs
         permission_checks=[("database", "QUERY")],
         keywords=["run query", "select from", "sql query"],
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import os
 import uuid
 from typing import Annotated, Literal
 
@@ -330,6 +331,8 @@ class TestDatabase(SQLInspector):
 
     name = "test_database"
     database = "default"
+    # On PostgreSQL the suite connects as a superuser: conftest creates a read-only role for this.
+    role = os.environ.get("ASSISTANT_TEST_SQL_ROLE", "")
 
 
 @assistant_tool(
