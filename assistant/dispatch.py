@@ -311,9 +311,7 @@ class _Call:
             entities=stored,
             ttl_seconds=float(assistant_settings.CONFIRMATION_TTL),
             conversation=self.conversation,
-            summary=_confirmation_summary(
-                self.tool, self.tool.redact(stored, assistant_settings.REDACTED)
-            ),
+            summary=_confirmation_summary(self.tool, audit_entities(self.tool, stored)),
         )
         self.action = action
         return self.finish(Decision.CONFIRMATION_REQUESTED)
