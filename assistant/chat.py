@@ -21,6 +21,7 @@ from .exceptions import ActionNotFound, AssistantError, ConversationNotFound, In
 from .lifecycle import CancellationToken, ToolSession, new_session
 from .models import Conversation, Message, PendingAction
 from .permissions import refresh_access
+from .redaction import redact_text, sensitive_values
 from .registry import ToolRegistry, registry
 from .runner import Publisher, keep, lane, loop_state
 
@@ -84,26 +85,6 @@ def tool_call_record(outcome: Outcome, tool_call_id: str | None = None) -> dict[
         "audit_id": outcome.audit_id,
         "pending_action": str(outcome.pending_action.pk) if outcome.pending_action else None,
     }
-
-
-def sensitive_values(operation: Any, entities: Any, site: ToolRegistry) -> set[str]:
-    """What a call's sensitive entities hold, as text that may appear in a message."""
-    tool = site._tools.get(operation) if isinstance(operation, str) else None
-    if tool is None or not isinstance(entities, dict):
-        return set()
-    values = (entities.get(name) for name in tool.sensitive_entities)
-    return {
-        str(value)
-        for value in values
-        if isinstance(value, str | int | float) and not isinstance(value, bool) and str(value)
-    }
-
-
-def redact_text(text: str, secrets: set[str]) -> str:
-    """The text with every secret blanked out: the one redaction of anything said in a turn."""
-    for secret in sorted(secrets, key=len, reverse=True):  # a longer secret may hold a shorter
-        text = text.replace(secret, assistant_settings.REDACTED)
-    return text
 
 
 def settle_user_message(message: Message, conversation: Conversation, secrets: set[str]) -> None:
@@ -196,7 +177,8 @@ class Turn:
 
     def identify(self, operation: Any, entities: Any) -> None:
         """Learn what a call's sensitive entities hold: from now on nothing of the turn shows it."""
-        self.secrets |= sensitive_values(operation, entities, self.site)
+        tool = self.site._tools.get(operation) if isinstance(operation, str) else None
+        self.secrets |= sensitive_values(tool, entities)
 
     async def show_user_message(self) -> None:
         """Echo the user's message, redacted with what the planner found, once (before any reply)."""

@@ -16,11 +16,14 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from assistant import ToolCall, ToolResult, assistant_tool
 from assistant.chat import run_turn
 from assistant.confirmation import cancel_action, confirm_action
+from assistant.dispatch import dispatch
 from assistant.eventlog import RedisEventLog, event_log
 from assistant.exceptions import ActionExpired
 from assistant.models import AuditEntry, Conversation, Job, Message, PendingAction
+from assistant.registry import ToolRegistry
 from tests.asgi import application
 from tests.conftest import REDIS_URL
 from tests.openai_peer import call, text, tool_calls
@@ -391,3 +394,30 @@ def test_a_model_that_speaks_before_its_call_leaves_no_secret_kept(use_llm, keep
     # the words streamed before the call was known went out live; nothing kept holds them
     assert [frame for frame in async_since(str(turn.conversation.pk)) if leaks(frame)] == []
     assert [frame for frame in turn.frames if leaks(frame)] == []
+
+
+# -- a handler's own error -------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_handler_error_quoting_the_secret_is_audited_redacted(keeper):
+    site = ToolRegistry("sensitive")
+
+    @assistant_tool(
+        operation="check_pin",
+        domain="vault",
+        description="Check a PIN",
+        risk_level="safe",
+        public=True,
+        sensitive_entities=["pin"],
+        site=site,
+    )
+    def check_pin(call: ToolCall, pin: str) -> ToolResult:
+        raise ValueError(f"pin {pin} is not a number")
+
+    outcome = dispatch("check_pin", {"pin": SECRET}, user=keeper, site=site)
+
+    assert outcome.decision == "failed"
+    entry = AuditEntry.objects.get(pk=outcome.audit_id)
+    assert entry.error == "ValueError: pin [redacted] is not a number"
+    assert rows_with_the_secret() == {}
