@@ -21,7 +21,7 @@ from .exceptions import ActionNotFound, AssistantError, ConversationNotFound, In
 from .lifecycle import CancellationToken, ToolSession, new_session
 from .models import Conversation, Message, PendingAction
 from .permissions import refresh_access
-from .redaction import redact_text, sensitive_values
+from .redaction import redact_text, sensitive_values, unfinished_secret
 from .registry import ToolRegistry, registry
 from .runner import Publisher, keep, lane, loop_state
 
@@ -162,6 +162,7 @@ class Turn:
         self.secrets: set[str] = set()  # what sensitive entities of this turn's calls hold
         self._shown: set[str] = set()  # the secrets known when the user's message was echoed
         self._echoed = False
+        self._held = ""  # reply text not streamed yet: it may be the start of a secret
         self.publisher = Publisher(self.thread_id)
 
     @property
@@ -190,8 +191,13 @@ class Turn:
         await _echo_user_message(self, self.user_message)
 
     async def say(self, delta: str) -> None:
-        """Stream reply text."""
-        delta = redact_text(delta, self.secrets)
+        """Stream reply text (what may be the start of a secret waits for the next words)."""
+        text = redact_text(self._held + delta, self.secrets)
+        hold = unfinished_secret(text, self.secrets)
+        self._held = text[len(text) - hold :]
+        await self._stream(text[: len(text) - hold])
+
+    async def _stream(self, delta: str) -> None:
         if not delta:
             return
         await self.show_user_message()
@@ -259,6 +265,8 @@ class Turn:
 
     async def finish(self, status: str, error: AssistantError | None = None) -> Message:
         """Store the assistant message and close the run: finished, interrupted, cancelled or failed."""
+        held, self._held = self._held, ""
+        await self._stream(held)
         if status == Message.Status.FAILED and not self._parts:
             self._parts.append(error.message if error else TURN_FAILED)
         await self.show_user_message()

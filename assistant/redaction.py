@@ -31,3 +31,14 @@ def redact_text(text: str, secrets: set[str]) -> str:
     for secret in sorted(secrets, key=len, reverse=True):  # a longer secret may hold a shorter
         text = text.replace(secret, assistant_settings.REDACTED)
     return text
+
+
+def unfinished_secret(text: str, secrets: set[str]) -> int:
+    """How many characters at the end of ``text`` may begin a secret (a stream holds them back)."""
+    longest = 0
+    for secret in secrets:
+        for size in range(min(len(secret) - 1, len(text)), longest, -1):
+            if secret.startswith(text[-size:]):
+                longest = size
+                break
+    return longest

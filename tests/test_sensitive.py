@@ -421,3 +421,22 @@ def test_a_handler_error_quoting_the_secret_is_audited_redacted(keeper):
     entry = AuditEntry.objects.get(pk=outcome.audit_id)
     assert entry.error == "ValueError: pin [redacted] is not a number"
     assert rows_with_the_secret() == {}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_model_repeating_the_secret_in_pieces_streams_it_redacted(use_llm, keeper):
+    asked = {"label": "wifi", "secret": SECRET}
+    pieces = ("Stored ", SECRET[:3], SECRET[3:7], SECRET[7:] + " for", " you.")
+    use_llm.script(tool_calls(call("store_secret", asked)), text(*pieces))
+
+    turn = run_turn(keeper, f"store secret wifi {SECRET}")
+
+    reply = str(turn.assistant_message.pk)
+    streamed = "".join(
+        f["delta"]
+        for f in turn.frames
+        if f["type"] == "TEXT_MESSAGE_CONTENT" and f["messageId"] == reply
+    )
+    assert streamed.endswith("Stored [redacted] for you.")
+    assert turn.assistant_message.text == streamed
+    assert rows_with_the_secret() == {}
