@@ -187,8 +187,17 @@ class Turn:
             return
         self._echoed = True
         self._shown = set(self.secrets)
-        await sync_to_async(settle_user_message)(self.user_message, self.conversation, self._shown)
+        await self._settle()
         await _echo_user_message(self, self.user_message)
+
+    async def _settle(self) -> None:
+        assert self.user_message is not None
+        try:
+            await sync_to_async(settle_user_message)(
+                self.user_message, self.conversation, self._shown
+            )
+        except DatabaseError:  # the echo is still redacted: the text changed before the save
+            logger.exception("Storing the redacted message in %s failed", self.thread_id)
 
     async def say(self, delta: str) -> None:
         """Stream reply text (what may be the start of a secret waits for the next words)."""
@@ -293,9 +302,8 @@ class Turn:
 
     async def forget_late_secrets(self) -> None:
         """Redact the stored user message and the replay log with secrets found after the echo."""
-        assert self.user_message is not None
         self._shown = set(self.secrets)
-        await sync_to_async(settle_user_message)(self.user_message, self.conversation, self._shown)
+        await self._settle()
         secrets = self._shown
         self.publisher.redact(lambda text: redact_text(text, secrets))
 
