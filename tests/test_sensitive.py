@@ -325,6 +325,31 @@ async def test_a_secret_sent_over_the_websocket_is_nowhere_in_clear(keeper, supe
     assert leaking_records(caplog) == []
 
 
+@pytest.mark.django_db(transaction=True)
+async def test_a_secret_confirmed_over_the_websocket_ran_and_was_forgotten(keeper):
+    from tests.test_websocket import turns_ended
+
+    socket = await _open(keeper)
+    try:
+        await socket.send_json_to({"type": "message", "text": ASK})
+        asked = await _frames_until(socket, _run_ended)
+        (interrupt,) = asked[-1]["outcome"]["interrupts"]
+        await turns_ended(WAIT)
+        await socket.send_json_to({"type": "confirm", "action": interrupt["id"]})
+        confirmed = await _frames_until(socket, _run_ended)
+        await turns_ended(WAIT)
+    finally:
+        await socket.disconnect(timeout=WAIT)
+
+    action = await PendingAction.objects.aget(pk=interrupt["id"])
+    assert action.status == "confirmed"
+    assert action.entities == {"label": "wifi", "secret": "[redacted]"}
+    results = [f["content"] for f in confirmed if f["type"] == "TOOL_CALL_RESULT"]
+    assert results == [f"rotated wifi ({len(SECRET)} characters)"]
+    assert [frame for frame in asked + confirmed if leaks(frame)] == []
+    assert await sync_to_async(rows_with_the_secret)() == {}
+
+
 @pytest.mark.redis
 @pytest.mark.django_db(transaction=True)
 async def test_the_redis_event_log_never_holds_the_secret(keeper, settings):
