@@ -7,7 +7,7 @@ import json
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
@@ -257,9 +257,13 @@ class Turn:
 
     async def record(self, outcome: Outcome, tool_call_id: str) -> None:
         """Remember an outcome and stream its result (and any approval it waits for)."""
+        if outcome.result is not None and self.secrets:  # what the handler said, redacted
+            outcome.result = replace(
+                outcome.result, text=redact_text(outcome.result.text, self.secrets)
+            )
         self.outcomes.append(outcome)
         record = tool_call_record(outcome, tool_call_id)
-        record["text"] = redact_text(record["text"], self.secrets)
+        record["text"] = redact_text(record["text"], self.secrets)  # (an error's message too)
         self.records.append(record)
         await self.emit(
             events.tool_call_result(f"{tool_call_id}-result", tool_call_id, record["text"])

@@ -465,3 +465,29 @@ def test_a_model_repeating_the_secret_in_pieces_streams_it_redacted(use_llm, kee
     assert streamed.endswith("Stored [redacted] for you.")
     assert turn.assistant_message.text == streamed
     assert rows_with_the_secret() == {}
+
+
+@pytest.mark.django_db
+def test_a_handler_repeating_the_secret_is_redacted_in_the_turn(keeper):
+    site = ToolRegistry("sensitive")
+
+    @assistant_tool(
+        operation="keep_pin",
+        domain="vault",
+        description="Keep a PIN",
+        risk_level="safe",
+        public=True,
+        sensitive_entities=["pin"],
+        keywords=["keep pin"],
+        site=site,
+    )
+    def keep_pin(call: ToolCall, pin: str) -> ToolResult:
+        return ToolResult(text=f"kept {pin}")
+
+    turn = run_turn(keeper, f"keep pin pin={SECRET}", site=site)
+
+    (outcome,) = turn.outcomes
+    assert outcome.text == "kept [redacted]"
+    assert turn.assistant_message.text == "kept [redacted]"
+    assert [frame for frame in turn.frames if leaks(frame)] == []
+    assert rows_with_the_secret() == {}
