@@ -26,7 +26,7 @@ from assistant.models import AuditEntry, Conversation, Job, Message, PendingActi
 from assistant.registry import ToolRegistry
 from tests.asgi import application
 from tests.conftest import REDIS_URL
-from tests.openai_peer import call, text, tool_calls
+from tests.openai_peer import call, closed_port_url, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixture
 
 SECRET = "Hunter2xq9"
@@ -491,3 +491,25 @@ def test_a_handler_repeating_the_secret_is_redacted_in_the_turn(keeper):
     assert turn.assistant_message.text == "kept [redacted]"
     assert [frame for frame in turn.frames if leaks(frame)] == []
     assert rows_with_the_secret() == {}
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_falling_back_to_keywords_still_echoes_the_message_redacted(settings, keeper):
+    from tests.test_websocket import turns_ended
+
+    settings.ASSISTANT = {
+        **settings.ASSISTANT,
+        "PLANNER": "llm",
+        "LLM": {"BASE_URL": closed_port_url(), "TIMEOUT": 2, "FALLBACK_TO_KEYWORDS": True},
+    }
+    socket = await _open(keeper)
+    try:
+        await socket.send_json_to({"type": "message", "text": f"store secret x secret={SECRET}"})
+        frames = await _frames_until(socket, _run_ended)
+        await turns_ended(WAIT)
+    finally:
+        await socket.disconnect(timeout=WAIT)
+
+    assert "assistant.notice" in [frame.get("name") for frame in frames]
+    assert [frame for frame in frames if leaks(frame)] == []
+    assert await sync_to_async(rows_with_the_secret)() == {}

@@ -217,10 +217,16 @@ def _plan(turn: Turn) -> list[Intent]:
 class KeywordPlanner:
     """Offline and deterministic: one intent from the registry's keywords, then the results."""
 
-    async def run(self, turn: Turn) -> None:
+    async def plan(self, turn: Turn) -> list[Intent]:
+        """The turn's intents, their secrets identified before anything echoes the message."""
         intents = await sync_to_async(_plan)(turn)
-        for intent in intents:  # all of them before the first call echoes the user's message
+        for intent in intents:
             turn.identify(intent.operation, intent.entities)
+        return intents
+
+    async def run(self, turn: Turn, intents: list[Intent] | None = None) -> None:
+        if intents is None:
+            intents = await self.plan(turn)
         for intent in intents:
             await turn.call(intent.operation, intent.entities)
         texts = [outcome.text for outcome in turn.outcomes if outcome.text]

@@ -81,11 +81,13 @@ class LLMPlanner:
             logger.warning("LLM unavailable, falling back to keywords: %s", exc.message)
             from .keywords import KeywordPlanner
 
+            fallback = KeywordPlanner()
+            intents = await fallback.plan(turn)  # before the notice echoes the message
             await turn.emit(
                 events.custom("assistant.notice", {"code": exc.code, "message": exc.message})
             )
             await turn.say(FALLBACK_NOTICE)
-            await KeywordPlanner().run(turn)
+            await fallback.run(turn, intents)
 
     async def converse(self, turn: Turn, config: dict[str, Any]) -> None:
         client = make_client(config)
