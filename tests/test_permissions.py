@@ -104,7 +104,7 @@ def test_a_mapped_pair_grants_the_tools_that_need_it(make_user):
 def test_an_unmapped_pair_is_granted_through_the_apps_permission(make_user):
     keeper = make_user("keeper", "assistant.vault_write")
 
-    assert operations(keeper) == PUBLIC | {"store_secret"}
+    assert operations(keeper) == PUBLIC | {"store_secret", "rotate_secret"}
 
 
 def test_a_plain_permission_string_is_used_as_it_is(make_user):
