@@ -165,7 +165,7 @@ class PendingAction(models.Model):
         summary: str = "",
     ) -> PendingAction:
         now = timezone.now()
-        cls.objects.expire_due()  # asking again is when the raw values of expired ones go
+        cls.objects.owned_by(user).expire_due()  # asking again: the expired ones forget (indexed)
         return cls.objects.create(
             user=user,
             conversation=conversation,

@@ -237,7 +237,7 @@ def test_an_expired_action_nobody_answers_forgets_the_secret_at_the_next_sweep(k
 
 
 @pytest.mark.django_db
-def test_asking_again_sweeps_the_expired_actions(keeper):
+def test_asking_again_sweeps_the_users_expired_actions(keeper):
     old = _ask(keeper)
     PendingAction.objects.filter(pk=old.pk).update(expires_at=timezone.now() - timedelta(1))
 
