@@ -304,6 +304,7 @@ def test_dispatch_refuses_every_tool_the_catalog_hides(reader):
         "cancel_order": {"order_id": order.pk},
         "merge_orders": {"keep": 1, "remove": 2},
         "store_secret": {"label": "x", "secret": "y"},
+        "rotate_secret": {"label": "x", "secret": "y"},
         "probe_state": {},
         "broken_tool": {},
         "sluggish_tool": {},
