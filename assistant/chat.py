@@ -7,7 +7,7 @@ import json
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
@@ -21,6 +21,7 @@ from .exceptions import ActionNotFound, AssistantError, ConversationNotFound, In
 from .lifecycle import CancellationToken, ToolSession, new_session
 from .models import Conversation, Message, PendingAction
 from .permissions import refresh_access
+from .redaction import redact_text, sensitive_values, unfinished_secret
 from .registry import ToolRegistry, registry
 from .runner import Publisher, keep, lane, loop_state
 
@@ -86,20 +87,20 @@ def tool_call_record(outcome: Outcome, tool_call_id: str | None = None) -> dict[
     }
 
 
-def redact_message(message: Message, intents: list[Any], site: ToolRegistry) -> None:
-    """Blank out sensitive entity values the user typed, now that the planner has found them."""
-    text = message.text
-    for intent in intents:
-        if intent.operation not in site:
-            continue
-        tool = site.get(intent.operation)
-        for name in tool.sensitive_entities:
-            value = intent.entities.get(name)
-            if isinstance(value, str) and value:
-                text = text.replace(value, assistant_settings.REDACTED)
-    if text != message.text:
+def settle_user_message(message: Message, conversation: Conversation, secrets: set[str]) -> None:
+    """Store the user's message redacted and title a new conversation by it (never before)."""
+    before = message.text
+    text = redact_text(before, secrets)
+    if text != before:
         message.text = text
         message.save(update_fields=["text"])
+    if not conversation.title or conversation.title == before[:80]:
+        title = text[:80]  # (a secret cut short at the 80th character must go whole)
+    else:
+        title = redact_text(conversation.title, secrets)
+    if title != conversation.title:
+        conversation.title = title
+        Conversation.objects.filter(pk=conversation.pk).update(title=title)
 
 
 def start_turn(
@@ -108,7 +109,8 @@ def start_turn(
     """Store the user's message (and a new conversation) before anything else can fail.
 
     ``conversation`` is one the caller already checked belongs to ``user``, an id to check,
-    or None for a new conversation.
+    or None for a new conversation. A new conversation gets its title once the planner had
+    the chance to find secrets in the message (``Turn.show_user_message``).
     """
     text = check_message(text)
     with transaction.atomic():
@@ -117,7 +119,7 @@ def start_turn(
         elif conversation:
             conversation = conversation_for(user, conversation)
         else:
-            conversation = Conversation.objects.create(user=user, title=text[:80])
+            conversation = Conversation.objects.create(user=user)
         message = Message.objects.create(
             conversation=conversation, role=Message.Role.USER, text=text
         )
@@ -157,6 +159,10 @@ class Turn:
         self.frames: list[dict[str, Any]] = []
         self._parts: list[str] = []
         self._text_open = False
+        self.secrets: set[str] = set()  # what sensitive entities of this turn's calls hold
+        self._shown: set[str] = set()  # the secrets known when the user's message was echoed
+        self._echoed = False
+        self._held = ""  # reply text not streamed yet: it may be the start of a secret
         self.publisher = Publisher(self.thread_id)
         self.model = ""  # the language model that answered, if one did
         self.usage: dict[str, int] = {}  # its tokens, summed over the turn's model calls
@@ -173,10 +179,40 @@ class Turn:
         self.publisher.put(frame)
         return frame
 
+    def identify(self, operation: Any, entities: Any) -> None:
+        """Learn what a call's sensitive entities hold: from now on nothing of the turn shows it."""
+        tool = self.site._tools.get(operation) if isinstance(operation, str) else None
+        self.secrets |= sensitive_values(tool, entities)
+
+    async def show_user_message(self) -> None:
+        """Echo the user's message, redacted with what the planner found, once (before any reply)."""
+        if self._echoed or self.user_message is None:
+            return
+        self._echoed = True
+        self._shown = set(self.secrets)
+        await self._settle()
+        await _echo_user_message(self, self.user_message)
+
+    async def _settle(self) -> None:
+        assert self.user_message is not None
+        try:
+            await sync_to_async(settle_user_message)(
+                self.user_message, self.conversation, self._shown
+            )
+        except DatabaseError:  # the echo is still redacted: the text changed before the save
+            logger.exception("Storing the redacted message in %s failed", self.thread_id)
+
     async def say(self, delta: str) -> None:
-        """Stream reply text."""
+        """Stream reply text (what may be the start of a secret waits for the next words)."""
+        text = redact_text(self._held + delta, self.secrets)
+        hold = unfinished_secret(text, self.secrets)
+        self._held = text[len(text) - hold :]
+        await self._stream(text[: len(text) - hold])
+
+    async def _stream(self, delta: str) -> None:
         if not delta:
             return
+        await self.show_user_message()
         if not self._text_open:
             self._text_open = True
             await self.emit(events.text_start(self.message_id))
@@ -197,6 +233,7 @@ class Turn:
         self._step_usage = None
 
     async def announce_call(self, tool_call_id: str, operation: str, arguments: str) -> None:
+        await self.show_user_message()
         await self.emit(events.tool_call_start(tool_call_id, operation, self.message_id))
         if arguments:
             await self.emit(events.tool_call_args(tool_call_id, arguments))
@@ -212,6 +249,7 @@ class Turn:
     ) -> Outcome:
         """Dispatch one intent (the only door) and stream the call and its result."""
         tool_call_id = tool_call_id or f"call_{uuid.uuid4().hex[:16]}"
+        self.identify(operation, entities)
         if not announced:
             shown = redacted(operation, entities, self.site)
             await self.announce_call(tool_call_id, operation, json.dumps(shown))
@@ -235,11 +273,16 @@ class Turn:
 
     async def record(self, outcome: Outcome, tool_call_id: str) -> None:
         """Remember an outcome and stream its result (and any approval it waits for)."""
+        if outcome.result is not None and self.secrets:  # what the handler said, redacted
+            outcome.result = replace(
+                outcome.result, text=redact_text(outcome.result.text, self.secrets)
+            )
         self.outcomes.append(outcome)
         record = tool_call_record(outcome, tool_call_id)
+        record["text"] = redact_text(record["text"], self.secrets)  # (an error's message too)
         self.records.append(record)
         await self.emit(
-            events.tool_call_result(f"{tool_call_id}-result", tool_call_id, outcome.text)
+            events.tool_call_result(f"{tool_call_id}-result", tool_call_id, record["text"])
         )
         await self.emit(events.custom("assistant.outcome", record))
         if outcome.decision == "confirmation_requested" and outcome.pending_action is not None:
@@ -251,8 +294,14 @@ class Turn:
 
     async def finish(self, status: str, error: AssistantError | None = None) -> Message:
         """Store the assistant message and close the run: finished, interrupted, cancelled or failed."""
+        held, self._held = self._held, ""
+        await self._stream(held)
         if status == Message.Status.FAILED and not self._parts:
             self._parts.append(error.message if error else TURN_FAILED)
+        await self.show_user_message()
+        if self.user_message is not None and self.secrets - self._shown:
+            # found after the echo (an LLM may speak first): the stored message forgets them
+            await self.forget_late_secrets()
         if self._text_open:
             await self.emit(events.text_end(self.message_id))
         message = await sync_to_async(self._store)(status)
@@ -271,13 +320,20 @@ class Turn:
             )
         return message
 
+    async def forget_late_secrets(self) -> None:
+        """Redact the stored user message and the replay log with secrets found after the echo."""
+        self._shown = set(self.secrets)
+        await self._settle()
+        secrets = self._shown
+        self.publisher.redact(lambda text: redact_text(text, secrets))
+
     def _store(self, status: str) -> Message:
         actions = [a for o in self.outcomes if o.result for a in o.result.actions]
         message = Message.objects.create(
             id=uuid.UUID(self.message_id),
             conversation=self.conversation,
             role=Message.Role.ASSISTANT,
-            text=self.text,
+            text=redact_text(self.text, self.secrets),
             status=status,
             tool_calls=self.records,
             actions=actions,
@@ -299,9 +355,8 @@ async def execute(turn: Turn, work: Work) -> Message:
     refresh_access(turn.user)  # a long-lived user object reloads what may have changed
     control = loop_state().control
     control.register(turn.thread_id, turn.run_id, turn.cancel)
+    # The user's message is echoed once the planner had the chance to find its secrets.
     await turn.emit(events.run_started(turn.thread_id, turn.run_id))
-    if turn.user_message is not None:
-        await _echo_user_message(turn, turn.user_message)
     task = asyncio.ensure_future(work(turn))
 
     def stop_work() -> None:

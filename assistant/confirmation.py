@@ -70,7 +70,9 @@ def _confirm_checks(
         outcome = call.authorize() or call.authorize_instance()
     if outcome is None:
         try:
-            call.action = PendingAction.decide(action.pk, user, PendingAction.Status.CONFIRMED)
+            call.action = PendingAction.decide(
+                action.pk, user, PendingAction.Status.CONFIRMED, site=site
+            )
         except ActionExpired as exc:
             action.refresh_from_db()
             call.action = action
@@ -170,7 +172,7 @@ def _cancel(
     action_id: Any, user: Any, source: str, request_ip: str | None, site: ToolRegistry
 ) -> Outcome:
     try:
-        action = PendingAction.decide(action_id, user, PendingAction.Status.CANCELLED)
+        action = PendingAction.decide(action_id, user, PendingAction.Status.CANCELLED, site=site)
     except ActionExpired as exc:
         action = PendingAction.objects.get(pk=action_id)
         call = _Call(

@@ -26,6 +26,7 @@ from .exceptions import (
 from .lifecycle import CancellationToken, Cancelled
 from .models import AuditEntry, Conversation, PendingAction
 from .permissions import UserAccess, aaccess_for, access_for, denials
+from .redaction import redact_text, sensitive_values
 from .registry import AssistantTool, ToolCall, ToolRegistry, ToolResult, registry
 
 logger = logging.getLogger("assistant.dispatch")
@@ -311,9 +312,7 @@ class _Call:
             entities=stored,
             ttl_seconds=float(assistant_settings.CONFIRMATION_TTL),
             conversation=self.conversation,
-            summary=_confirmation_summary(
-                self.tool, self.tool.redact(stored, assistant_settings.REDACTED)
-            ),
+            summary=_confirmation_summary(self.tool, audit_entities(self.tool, stored)),
         )
         self.action = action
         return self.finish(Decision.CONFIRMATION_REQUESTED)
@@ -329,7 +328,10 @@ class _Call:
     def failed(self, exc: Exception) -> Outcome:
         assert self.tool is not None
         decision, error = _failure(self.tool, exc)
-        return self.finish(decision, error=error, error_summary=_error_summary(exc))
+        secrets = sensitive_values(self.tool, self.values)
+        return self.finish(
+            decision, error=error, error_summary=redact_text(_error_summary(exc), secrets)
+        )
 
     def stop(self, decision: str, error: AssistantError) -> Outcome:
         return self.finish(decision, error=error, error_summary=error.message)

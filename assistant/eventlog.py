@@ -7,6 +7,7 @@ import json
 import threading
 import weakref
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -34,6 +35,9 @@ class EventLog(Protocol):
 
     async def since(self, thread_id: str, after: int) -> Replay:
         """Frames numbered above ``after`` (and whether any in between were already dropped)."""
+
+    async def redact(self, thread_id: str, scrub: Callable[[str], str]) -> int:
+        """Rewrite every kept frame's text through ``scrub``; returns how many frames changed."""
 
 
 class MemoryEventLog:
@@ -63,6 +67,18 @@ class MemoryEventLog:
             oldest = frames[0]["seq"] if frames else counter[0] + 1
         last = counter[0]
         return Replay(kept, after < last and oldest > after + 1, last)
+
+    async def redact(self, thread_id: str, scrub: Callable[[str], str]) -> int:
+        changed = 0
+        with self._lock:
+            _, frames = self._logs.get(thread_id, ([0], deque()))
+            for frame in frames:
+                clean = scrubbed(frame, scrub)
+                if clean != frame:
+                    frame.clear()
+                    frame.update(clean)  # in place: whoever holds the frame sees it redacted
+                    changed += 1
+        return changed
 
 
 class RedisEventLog:
@@ -123,6 +139,25 @@ class RedisEventLog:
         frames = [_stored_frame(member, seq) for member, seq in raw]
         return Replay(frames, after < last and oldest_seq > after + 1, last)
 
+    async def redact(self, thread_id: str, scrub: Callable[[str], str]) -> int:
+        client = self._client()
+        _, frames_key = self._keys(thread_id)
+        changes = []
+        for member, seq in await client.zrange(frames_key, 0, -1, withscores=True):
+            frame = _stored_frame(member, seq)
+            clean = scrubbed(frame, scrub)
+            if clean != frame:
+                del clean["seq"]
+                payload = json.dumps(clean, separators=(",", ":"))
+                changes.append((member, int(seq), f"{int(seq)} {payload}"))
+        if changes:
+            async with client.pipeline(transaction=True) as pipe:
+                for old, seq, new in changes:
+                    pipe.zrem(frames_key, old)
+                    pipe.zadd(frames_key, {new: seq})
+                await pipe.execute()
+        return len(changes)
+
 
 # Number a batch, keep it and trim the log in one round trip. A member is "<seq> <json>": the
 # number makes equal frames distinct members and is the frame's "seq" when it is read back.
@@ -139,6 +174,17 @@ redis.call('EXPIRE', KEYS[2], ARGV[2])
 redis.call('EXPIRE', KEYS[1], ARGV[2])
 return last
 """
+
+
+def scrubbed(value: Any, scrub: Callable[[str], str]) -> Any:
+    """A copy of a frame (or any JSON value) with every string passed through ``scrub``."""
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, dict):
+        return {scrub(str(key)): scrubbed(item, scrub) for key, item in value.items()}
+    if isinstance(value, list):
+        return [scrubbed(item, scrub) for item in value]
+    return value
 
 
 def _stored_frame(member: bytes, seq: float) -> dict[str, Any]:

@@ -102,6 +102,16 @@ class PendingActionQuerySet(models.QuerySet["PendingAction"]):
     def owned_by(self, user: Any) -> PendingActionQuerySet:
         return self.filter(user_id=user.pk)
 
+    def expire_due(self) -> int:
+        """Close the actions whose time ran out unanswered, keeping only redacted entities."""
+        now = timezone.now()
+        closed = 0
+        for action in self.filter(status=PendingAction.Status.PENDING, expires_at__lte=now):
+            closed += PendingAction.objects.filter(
+                pk=action.pk, status=PendingAction.Status.PENDING
+            ).update(status=PendingAction.Status.EXPIRED, decided_at=now, **action.forgotten())
+        return closed
+
 
 class PendingAction(models.Model):
     """A risky call waiting for its user's confirmation: single use, bound to its arguments, expiring."""
@@ -160,6 +170,7 @@ class PendingAction(models.Model):
         summary: str = "",
     ) -> PendingAction:
         now = timezone.now()
+        cls.objects.owned_by(user).expire_due()  # asking again: the expired ones forget (indexed)
         return cls.objects.create(
             user=user,
             conversation=conversation,
@@ -178,23 +189,33 @@ class PendingAction(models.Model):
     def is_bound_to(self, entities: dict[str, Any]) -> bool:
         return entities_digest(entities) == self.entities_digest
 
+    def forgotten(self, site: Any = None) -> dict[str, Any]:
+        """The fields a decided action keeps: redacted entities (and no digest of the secrets)."""
+        from .dispatch import redacted
+        from .registry import registry
+
+        entities = redacted(self.operation, self.entities, site if site is not None else registry)
+        return {"entities": entities, "entities_digest": entities_digest(entities)}
+
     @classmethod
-    def decide(cls, action_id: Any, user: Any, status: str) -> PendingAction:
-        """Move the user's pending action to ``status`` exactly once, whoever races for it."""
+    def decide(cls, action_id: Any, user: Any, status: str, *, site: Any = None) -> PendingAction:
+        """Move the user's pending action to ``status`` exactly once, whoever races for it.
+
+        The claimed values were read before; from here on the row keeps only redacted ones.
+        """
         now = timezone.now()
-        claimed = (
-            cls.objects.owned_by(user)
-            .filter(pk=action_id, status=cls.Status.PENDING, expires_at__gt=now)
-            .update(status=status, decided_at=now, decided_by=user)
-        )
-        if claimed:
-            return cls.objects.get(pk=action_id)
         action = cls.objects.owned_by(user).filter(pk=action_id).first()
         if action is None:
             raise ActionNotFound("No such pending action is waiting for you.")
+        claimed = cls.objects.filter(
+            pk=action.pk, status=cls.Status.PENDING, expires_at__gt=now
+        ).update(status=status, decided_at=now, decided_by=user, **action.forgotten(site))
+        if claimed:
+            return cls.objects.get(pk=action.pk)
+        action.refresh_from_db()
         if action.status == cls.Status.PENDING:
             cls.objects.filter(pk=action.pk, status=cls.Status.PENDING).update(
-                status=cls.Status.EXPIRED, decided_at=now
+                status=cls.Status.EXPIRED, decided_at=now, **action.forgotten(site)
             )
             action.refresh_from_db()
         if action.status == cls.Status.EXPIRED:

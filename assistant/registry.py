@@ -209,15 +209,6 @@ class AssistantTool:
         """Check the call's entities against the signature; raise ``InvalidEntities``."""
         return validate_entities(self.entities, self.entity_map, values, self.operation)
 
-    def redact(self, values: Mapping[str, Any], placeholder: str = "[redacted]") -> dict[str, Any]:
-        """The entities with every sensitive value replaced, safe to store or show."""
-        if not self.sensitive_entities:
-            return dict(values)
-        return {
-            name: placeholder if name in self.sensitive_entities else value
-            for name, value in values.items()
-        }
-
     def openai_spec(self) -> dict[str, Any]:
         return {
             "type": "function",

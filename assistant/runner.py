@@ -13,7 +13,7 @@ import asyncio
 import logging
 import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -24,7 +24,7 @@ from django.db import close_old_connections
 
 from . import events
 from .conf import assistant_settings
-from .eventlog import event_log
+from .eventlog import event_log, scrubbed
 
 if TYPE_CHECKING:
     from .lifecycle import CancellationToken
@@ -48,6 +48,7 @@ class Publisher:
         self._wakeup = asyncio.Event()
         self._closing = False
         self._task: asyncio.Task[None] | None = None
+        self._scrub: Callable[[str], str] | None = None
 
     def put(self, frame: dict[str, Any]) -> None:
         self._pending.append(frame)
@@ -75,12 +76,25 @@ class Publisher:
                 group_name(self.thread_id), {"type": "assistant.events", "frames": batch}
             )
 
+    def redact(self, scrub: Callable[[str], str]) -> None:
+        """Pass frames not yet sent through ``scrub``; the kept ones follow once all are sent."""
+        self._scrub = scrub
+        for frame in self._pending:
+            clean = scrubbed(frame, scrub)
+            frame.clear()
+            frame.update(clean)
+
     async def close(self) -> None:
         """Send whatever is still pending and stop; every frame has its ``seq`` afterwards."""
         self._closing = True
         self._wakeup.set()
         if self._task is not None:
             await asyncio.shield(self._task)
+        if self._scrub is not None:
+            try:
+                await event_log().redact(self.thread_id, self._scrub)
+            except Exception:
+                logger.exception("Redacting the kept events of %s failed", self.thread_id)
 
 
 CONTROL_GROUP = "assistant.control"

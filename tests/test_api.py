@@ -41,6 +41,7 @@ ALL_TOOLS = sorted(
         "merge_orders",
         "show_report",
         "store_secret",
+        "rotate_secret",
         # toolsets and timeouts (diagnostics / database permissions)
         "broken_tool",
         "describe_table",

@@ -104,7 +104,7 @@ def test_a_mapped_pair_grants_the_tools_that_need_it(make_user):
 def test_an_unmapped_pair_is_granted_through_the_apps_permission(make_user):
     keeper = make_user("keeper", "assistant.vault_write")
 
-    assert operations(keeper) == PUBLIC | {"store_secret"}
+    assert operations(keeper) == PUBLIC | {"store_secret", "rotate_secret"}
 
 
 def test_a_plain_permission_string_is_used_as_it_is(make_user):
@@ -304,6 +304,7 @@ def test_dispatch_refuses_every_tool_the_catalog_hides(reader):
         "cancel_order": {"order_id": order.pk},
         "merge_orders": {"keep": 1, "remove": 2},
         "store_secret": {"label": "x", "secret": "y"},
+        "rotate_secret": {"label": "x", "secret": "y"},
         "probe_state": {},
         "broken_tool": {},
         "sluggish_tool": {},

@@ -209,20 +209,24 @@ def plan(text: str, user: Any, site: ToolRegistry = registry, session: Any = Non
     ]
 
 
-def _plan_and_redact(turn: Turn) -> list[Intent]:
-    from ..chat import redact_message
-
+def _plan(turn: Turn) -> list[Intent]:
     assert turn.user_message is not None
-    intents = plan(turn.user_message.text, turn.user, turn.site, turn.session)
-    redact_message(turn.user_message, intents, turn.site)
-    return intents
+    return plan(turn.user_message.text, turn.user, turn.site, turn.session)
 
 
 class KeywordPlanner:
     """Offline and deterministic: one intent from the registry's keywords, then the results."""
 
-    async def run(self, turn: Turn) -> None:
-        intents = await sync_to_async(_plan_and_redact)(turn)
+    async def plan(self, turn: Turn) -> list[Intent]:
+        """The turn's intents, their secrets identified before anything echoes the message."""
+        intents = await sync_to_async(_plan)(turn)
+        for intent in intents:
+            turn.identify(intent.operation, intent.entities)
+        return intents
+
+    async def run(self, turn: Turn, intents: list[Intent] | None = None) -> None:
+        if intents is None:
+            intents = await self.plan(turn)
         for intent in intents:
             await turn.call(intent.operation, intent.entities)
         texts = [outcome.text for outcome in turn.outcomes if outcome.text]

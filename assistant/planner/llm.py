@@ -15,12 +15,10 @@ from asgiref.sync import sync_to_async
 
 from .. import events
 from ..budgets import check_budget
-from ..chat import redact_message
 from ..conf import assistant_settings
 from ..dispatch import Outcome
 from ..exceptions import AssistantError
 from ..models import Message
-from . import Intent
 
 if TYPE_CHECKING:
     from ..chat import Turn
@@ -90,11 +88,13 @@ class LLMPlanner:
             logger.warning("LLM unavailable, falling back to keywords: %s", exc.message)
             from .keywords import KeywordPlanner
 
+            fallback = KeywordPlanner()
+            intents = await fallback.plan(turn)  # before the notice echoes the message
             await turn.emit(
                 events.custom("assistant.notice", {"code": exc.code, "message": exc.message})
             )
             await turn.say(FALLBACK_NOTICE)
-            await KeywordPlanner().run(turn)
+            await fallback.run(turn, intents)
 
     async def converse(self, turn: Turn, config: dict[str, Any]) -> None:
         client = make_client(config)
@@ -109,12 +109,11 @@ class LLMPlanner:
                 calls = await self.step(turn, client, config, messages, tools)
                 if not calls:
                     return
-                for call in calls:
-                    arguments = _arguments(call["arguments"])
+                parsed = [_arguments(call["arguments"]) for call in calls]
+                for call, arguments in zip(calls, parsed, strict=True):
+                    turn.identify(call["name"], arguments)  # before the first call echoes
+                for call, arguments in zip(calls, parsed, strict=True):
                     outcome = await turn.call(call["name"], arguments, tool_call_id=call["id"])
-                    if isinstance(arguments, dict) and turn.user_message is not None:
-                        intent = Intent(operation=call["name"], entities=arguments, source="llm")
-                        await sync_to_async(redact_message)(turn.user_message, [intent], turn.site)
                     messages.append(
                         {
                             "role": "tool",

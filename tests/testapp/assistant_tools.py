@@ -154,6 +154,20 @@ def store_secret(call: ToolCall, label: str, secret: str) -> ToolResult:
 
 
 @assistant_tool(
+    operation="rotate_secret",
+    domain="vault",
+    description="Replace the secret stored under a label (asks first)",
+    risk_level="guarded",
+    requires_confirmation=True,
+    permission_checks=[("vault", "WRITE")],
+    sensitive_entities=["secret"],
+    keywords=["rotate secret"],
+)
+def rotate_secret(call: ToolCall, label: str, secret: str) -> ToolResult:
+    return ToolResult(text=f"rotated {label} ({len(secret)} characters)")
+
+
+@assistant_tool(
     operation="explode",
     domain="diagnostics",
     description="Always fails",
