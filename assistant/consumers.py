@@ -203,8 +203,8 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         thread_id = str(conversation.pk)
         self.current = thread_id
         if thread_id not in self.watching:
-            self.watching[thread_id] = conversation
             await self.channel_layer.group_add(group_name(thread_id), self.channel_name)
+            self.watching[thread_id] = conversation  # (a failed join is tried again next time)
 
     async def own(self, conversation_id: Any) -> Conversation:
         """One of this user's conversations, checked once per connection."""

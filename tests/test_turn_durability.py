@@ -17,6 +17,8 @@ from django.db import connection
 from rest_framework.test import APIClient
 from websockets.exceptions import ConnectionClosed
 
+from assistant.chat import start_turn
+from assistant.exceptions import TurnInProgress
 from assistant.models import AuditEntry, Message
 from tests import test_websocket
 from tests.channel_layers import REDIS_CHANNEL_LAYERS, redis_channel_layer
@@ -178,8 +180,6 @@ def test_a_retry_while_the_first_turn_has_no_answer_yet_is_a_409(plain_user):
     client = APIClient()
     client.force_login(plain_user)
     # the first request's message is stored, its turn still running
-    from assistant.chat import start_turn
-
     start_turn(plain_user, "ping", idempotency_key="order-42")
 
     response = client.post(
@@ -191,6 +191,16 @@ def test_a_retry_while_the_first_turn_has_no_answer_yet_is_a_409(plain_user):
 
     assert response.status_code == 409
     assert response.json()["code"] == "idempotency_key_in_use"
+    assert Message.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_the_same_key_sent_twice_at_once_stores_one_message(plain_user):
+    start_turn(plain_user, "ping", idempotency_key="order-42")
+    # the second request got past the look-up before the first one stored its message
+    with pytest.raises(TurnInProgress):
+        start_turn(plain_user, "ping", idempotency_key="order-42")
+
     assert Message.objects.count() == 1
 
 

@@ -215,7 +215,12 @@ class MessagesView(AssistantAPIView):
                 description="A retry with the same key returns the first turn, not a second one.",
             )
         ],
-        responses={201: TurnSerializer, 400: ErrorSerializer, 409: ErrorSerializer},
+        responses={
+            201: TurnSerializer,
+            400: ErrorSerializer,
+            409: ErrorSerializer,
+            503: ErrorSerializer,
+        },
     )
     def post(self, request: Request) -> Response:
         data = MessageInput(data=request.data)
