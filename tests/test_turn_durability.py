@@ -46,14 +46,13 @@ def answered(expected: int, within: float) -> list[Message]:
 SOCKETS = 150
 
 
+# PostgreSQL: in-memory SQLite refuses a write while another thread reads or writes the table
+@pytest.mark.postgres
 @pytest.mark.redis
 @pytest.mark.django_db(transaction=True)
 def test_every_message_of_a_socket_closed_right_after_sending_is_answered(
-    redis_channel_layer, asgi_live_server, make_user, settings
+    redis_channel_layer, asgi_live_server, make_user
 ):
-    if connection.vendor == "sqlite":
-        # in-memory SQLite refuses a write while another thread writes: one lane at a time
-        settings.ASSISTANT = {**settings.ASSISTANT, "MAX_CONCURRENT_TURNS": 1}
     make_user("walker")
     cookie = session_cookie("walker")
     url = asgi_live_server.replace("http://", "ws://") + "/ws/assistant/"
