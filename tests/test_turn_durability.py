@@ -51,8 +51,10 @@ SOCKETS = 150
 @pytest.mark.redis
 @pytest.mark.django_db(transaction=True)
 def test_every_message_of_a_socket_closed_right_after_sending_is_answered(
-    redis_channel_layer, asgi_live_server, make_user
+    redis_channel_layer, asgi_live_server, make_user, settings
 ):
+    # few lanes, few PostgreSQL sessions: the turns queue for them after their sockets closed
+    settings.ASSISTANT = {**settings.ASSISTANT, "MAX_CONCURRENT_TURNS": 4}
     make_user("walker")
     cookie = session_cookie("walker")
     url = asgi_live_server.replace("http://", "ws://") + "/ws/assistant/"
