@@ -11,18 +11,26 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 
 from . import events
 from .conf import assistant_settings
 from .confirmation import acancel_action, aconfirm_action
 from .dispatch import DispatchCancelled, Outcome, adispatch, redacted
-from .exceptions import ActionNotFound, AssistantError, ConversationNotFound, InvalidMessage
+from .exceptions import (
+    ActionNotFound,
+    AssistantError,
+    ConversationNotFound,
+    InvalidIdempotencyKey,
+    InvalidMessage,
+    ReplyNotStored,
+    TurnInProgress,
+)
 from .lifecycle import CancellationToken, ToolSession, new_session
-from .models import Conversation, Message, PendingAction
+from .models import AuditEntry, Conversation, Message, PendingAction
 from .permissions import refresh_access
 from .redaction import redact_text, sensitive_values, unfinished_secret
-from .registry import ToolRegistry, registry
+from .registry import ToolRegistry, ToolResult, registry
 from .runner import Publisher, keep, lane, loop_state
 
 logger = logging.getLogger("assistant.chat")
@@ -103,8 +111,18 @@ def settle_user_message(message: Message, conversation: Conversation, secrets: s
         Conversation.objects.filter(pk=conversation.pk).update(title=title)
 
 
+def stored_key(user: Any, idempotency_key: Any) -> str | None:
+    """How a client's ``Idempotency-Key`` is kept on a message (one namespace per user)."""
+    if idempotency_key is None:
+        return None
+    key = str(idempotency_key)
+    if not 1 <= len(key) <= 200 or not all(" " <= char <= "~" for char in key):
+        raise InvalidIdempotencyKey()
+    return f"{user.pk}:{key}"
+
+
 def start_turn(
-    user: Any, text: Any, conversation: Conversation | Any = None
+    user: Any, text: Any, conversation: Conversation | Any = None, idempotency_key: Any = None
 ) -> tuple[Conversation, Message]:
     """Store the user's message (and a new conversation) before anything else can fail.
 
@@ -113,17 +131,65 @@ def start_turn(
     the chance to find secrets in the message (``Turn.show_user_message``).
     """
     text = check_message(text)
-    with transaction.atomic():
-        if isinstance(conversation, Conversation):
-            pass
-        elif conversation:
-            conversation = conversation_for(user, conversation)
-        else:
-            conversation = Conversation.objects.create(user=user)
-        message = Message.objects.create(
-            conversation=conversation, role=Message.Role.USER, text=text
-        )
+    key = stored_key(user, idempotency_key)
+    try:
+        with transaction.atomic():
+            if isinstance(conversation, Conversation):
+                pass
+            elif conversation:
+                conversation = conversation_for(user, conversation)
+            else:
+                conversation = Conversation.objects.create(user=user)
+            message = Message.objects.create(
+                conversation=conversation, role=Message.Role.USER, text=text, idempotency_key=key
+            )
+    except IntegrityError:
+        if key is not None and Message.objects.filter(idempotency_key=key).exists():
+            raise TurnInProgress() from None  # the same request, sent twice at once
+        raise
     return conversation, message
+
+
+def earlier_turn(user: Any, idempotency_key: Any) -> TurnResult | None:
+    """The turn a request with this key already ran (as stored), or None if there was none."""
+    key = stored_key(user, idempotency_key)
+    if key is None:
+        return None
+    found = Message.objects.filter(idempotency_key=key).select_related("conversation")
+    messages = {message.role: message for message in found}
+    if not messages:
+        return None
+    reply = messages.get(Message.Role.ASSISTANT)
+    if reply is None:
+        raise TurnInProgress()
+    waiting = [uuid.UUID(r["pending_action"]) for r in reply.tool_calls if r.get("pending_action")]
+    actions = PendingAction.objects.owned_by(user).in_bulk(waiting)
+    audited = [r["audit_id"] for r in reply.tool_calls if r.get("audit_id")]
+    durations = dict(AuditEntry.objects.filter(pk__in=audited).values_list("pk", "duration_ms"))
+    return TurnResult(
+        conversation=reply.conversation,
+        user_message=messages.get(Message.Role.USER),
+        assistant_message=reply,
+        outcomes=[_stored_outcome(r, actions, durations) for r in reply.tool_calls],
+    )
+
+
+def _stored_outcome(
+    record: dict[str, Any], actions: dict[Any, PendingAction], durations: dict[int, float]
+) -> Outcome:
+    """An outcome as the conversation remembers it (``tool_call_record``): no ``data``."""
+    code, text = record.get("code"), record.get("text") or ""
+    pending = record.get("pending_action")
+    return Outcome(
+        operation=record["operation"],
+        decision=record["decision"],
+        entities=record.get("entities") or {},
+        result=None if code else ToolResult(text=text, task_id=record.get("task_id")),
+        error=AssistantError(text, code=code) if code else None,
+        pending_action=actions.get(uuid.UUID(pending)) if pending else None,
+        audit_id=record.get("audit_id"),
+        duration_ms=durations.get(record.get("audit_id") or 0, 0.0),
+    )
 
 
 class Turn:
@@ -293,7 +359,11 @@ class Turn:
             )
 
     async def finish(self, status: str, error: AssistantError | None = None) -> Message:
-        """Store the assistant message and close the run: finished, interrupted, cancelled or failed."""
+        """Store the assistant message and close the run: finished, interrupted, cancelled or failed.
+
+        The run always ends: when the reply cannot be stored (say, the database went away), a
+        ``RUN_ERROR`` says so (``reply_not_stored``) and ``ReplyNotStored`` is raised.
+        """
         held, self._held = self._held, ""
         await self._stream(held)
         if status == Message.Status.FAILED and not self._parts:
@@ -304,7 +374,13 @@ class Turn:
             await self.forget_late_secrets()
         if self._text_open:
             await self.emit(events.text_end(self.message_id))
-        message = await sync_to_async(self._store)(status)
+        try:
+            message = await sync_to_async(self._store)(status)
+        except Exception as exc:
+            logger.exception("Storing the reply failed in conversation %s", self.thread_id)
+            lost = ReplyNotStored()
+            await self.emit(events.run_error(lost.message, lost.code))
+            raise lost from exc
         if status == Message.Status.FAILED:
             code = error.code if error else "turn_failed"
             await self.emit(events.run_error(error.message if error else TURN_FAILED, code))
@@ -329,20 +405,22 @@ class Turn:
 
     def _store(self, status: str) -> Message:
         actions = [a for o in self.outcomes if o.result for a in o.result.actions]
-        message = Message.objects.create(
-            id=uuid.UUID(self.message_id),
-            conversation=self.conversation,
-            role=Message.Role.ASSISTANT,
-            text=redact_text(self.text, self.secrets),
-            status=status,
-            tool_calls=self.records,
-            actions=actions,
-            model=self.model[:200],
-            prompt_tokens=self.usage.get("prompt_tokens"),
-            completion_tokens=self.usage.get("completion_tokens"),
-            total_tokens=self.usage.get("total_tokens"),
-        )
-        self.conversation.touch()
+        with transaction.atomic():
+            message = Message.objects.create(
+                id=uuid.UUID(self.message_id),
+                conversation=self.conversation,
+                role=Message.Role.ASSISTANT,
+                text=redact_text(self.text, self.secrets),
+                status=status,
+                tool_calls=self.records,
+                actions=actions,
+                model=self.model[:200],
+                prompt_tokens=self.usage.get("prompt_tokens"),
+                completion_tokens=self.usage.get("completion_tokens"),
+                total_tokens=self.usage.get("total_tokens"),
+                idempotency_key=getattr(self.user_message, "idempotency_key", None),
+            )
+            self.conversation.touch()
         return message
 
 
@@ -410,13 +488,20 @@ async def arun_turn(
     cancel: CancellationToken | None = None,
     run_id: str | None = None,
     session: ToolSession | None = None,
+    idempotency_key: str | None = None,
 ) -> TurnResult:
     """A whole turn: the user's message is stored first, the reply whatever happens.
 
     Without a ``session`` (REST, CLI) the turn gets its own, whose toolsets start on first use
-    and stop when the turn ends.
+    and stop when the turn ends. A turn sent again with the same ``idempotency_key`` is not
+    run again: the first one is returned as stored.
     """
-    conversation, user_message = await sync_to_async(start_turn)(user, text, conversation_id)
+    earlier = await sync_to_async(earlier_turn)(user, idempotency_key)
+    if earlier is not None:
+        return earlier
+    conversation, user_message = await sync_to_async(start_turn)(
+        user, text, conversation_id, idempotency_key
+    )
     own = session is None
     turn = Turn(
         user=user,
@@ -482,18 +567,20 @@ async def _message_in_lane(
             try:
                 conversation, message = await sync_to_async(start_turn)(user, text, conversation)
             except AssistantError as exc:
-                await on_refused(exc)
+                await _tell(on_refused, exc)
                 return None
             except DatabaseError:
                 # (say, the user or the conversation was deleted meanwhile): nothing was stored
                 logger.exception("Storing a message failed")
-                await on_refused(AssistantError(MESSAGE_NOT_STORED, code="message_not_stored"))
+                await _tell(
+                    on_refused, AssistantError(MESSAGE_NOT_STORED, code="message_not_stored")
+                )
                 return None
             except Exception:
                 logger.exception("Starting a turn failed")
-                await on_refused(AssistantError(MESSAGE_NOT_STORED, code="internal_error"))
+                await _tell(on_refused, AssistantError(MESSAGE_NOT_STORED, code="internal_error"))
                 return None
-            await on_started(conversation)
+            await _tell(on_started, conversation)
             turn = Turn(
                 user=user,
                 conversation=conversation,
@@ -507,6 +594,14 @@ async def _message_in_lane(
     finally:
         if waiting:
             control.unregister(waiting, queued)
+
+
+async def _tell(callback: Callable[[Any], Awaitable[None]], argument: Any) -> None:
+    """Let the transport know; its failure (say, its socket has gone) never stops the turn."""
+    try:
+        await callback(argument)
+    except Exception:
+        logger.exception("Telling the transport about a turn failed; the turn goes on")
 
 
 def launch_message(
@@ -538,6 +633,7 @@ def run_turn(
     source: str = "rest",
     request_ip: str | None = None,
     site: ToolRegistry = registry,
+    idempotency_key: str | None = None,
 ) -> TurnResult:
     """The sync twin of ``arun_turn`` (REST, CLI): the same turn, returned whole."""
     return async_to_sync(arun_turn)(
@@ -547,6 +643,7 @@ def run_turn(
         source=source,
         request_ip=request_ip,
         site=site,
+        idempotency_key=idempotency_key,
     )
 
 

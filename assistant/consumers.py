@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from channels.db import aclose_old_connections
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.layers import get_channel_layer
+from channels.utils import await_many_dispatch
 from django.utils.functional import LazyObject, empty
 
 from . import events
@@ -33,6 +38,7 @@ from .runner import group_name, job_relay, loop_state, request_stop
 
 logger = logging.getLogger("assistant.consumers")
 UNAUTHENTICATED = 4401
+LAYER_UNAVAILABLE = 1013  # "try again later": the channel layer (Redis) cannot be reached
 NORMAL_CLOSE = (1000, 1001)  # anything else is an abnormal drop: toolsets are cancelled
 
 
@@ -45,6 +51,56 @@ class FrameError(AssistantError):
 class AssistantConsumer(AsyncWebsocketConsumer):
     """Client frames: message, confirm, reject, cancel, resume. Server frames: AG-UI events."""
 
+    layer_lost = False  # the channel layer failed: this socket cannot see runs
+    layer_told = False
+    connected = False
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """As channels' own, but a channel layer that cannot be reached closes the socket cleanly.
+
+        Channels would let the layer's error escape: a 500 for the handshake, or a dead socket.
+        """
+        self.scope = scope
+        self.base_send = send
+        self.channel_layer = get_channel_layer(self.channel_layer_alias)
+        sources = [receive]
+        if self.channel_layer is not None:
+            try:
+                self.channel_name = await self.channel_layer.new_channel()
+            except Exception:
+                logger.exception("The channel layer cannot be reached; the socket will close")
+                self.layer_lost = True
+            else:
+                sources.append(self.channel_receive)
+        with contextlib.suppress(StopConsumer):
+            await await_many_dispatch(sources, self.dispatch)
+
+    async def channel_receive(self) -> dict[str, Any]:
+        assert self.channel_layer is not None
+        if not self.layer_lost:
+            try:
+                message: dict[str, Any] = await self.channel_layer.receive(self.channel_name)
+                return message
+            except Exception:
+                logger.exception("Receiving from the channel layer failed; the socket will close")
+                self.layer_lost = True
+                return {"type": "assistant.layer_lost"}
+        await asyncio.Future()  # nothing more comes from there; cancelled when the socket ends
+        raise AssertionError("unreachable")
+
+    async def assistant_layer_lost(self, message: dict[str, Any]) -> None:
+        await self.close_for_lost_layer()
+
+    async def close_for_lost_layer(self) -> None:
+        """Tell the client (``channel_layer_unavailable``) and close with ``LAYER_UNAVAILABLE``."""
+        if not self.connected or self.layer_told:
+            return  # connect() tells it, or it was told
+        self.layer_told = True
+        await self.send_error(
+            "channel_layer_unavailable", "The chat is unavailable; please try again later."
+        )
+        await self.close(code=LAYER_UNAVAILABLE)
+
     async def connect(self) -> None:
         user = self.scope.get("user")
         # AuthMiddleware resolved the lazy user already; every turn reads it many times.
@@ -56,8 +112,12 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         self.tools: ToolSession | None = None
         self.relaying = False
         await self.accept()
+        self.connected = True
         if self.user is None or not self.user.is_authenticated:
             await self.close(code=UNAUTHENTICATED)
+            return
+        if self.layer_lost:
+            await self.close_for_lost_layer()
             return
         try:
             # Listen for stop requests and permission news before reading anything.
@@ -78,8 +138,11 @@ class AssistantConsumer(AsyncWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         if self.relaying:
             job_relay().release()
-        for thread_id in self.watching:
-            await self.channel_layer.group_discard(group_name(thread_id), self.channel_name)
+        for thread_id in getattr(self, "watching", {}):
+            try:
+                await self.channel_layer.group_discard(group_name(thread_id), self.channel_name)
+            except Exception:
+                logger.exception("Leaving a conversation's group failed")  # it expires anyway
         if self.tools is not None:
             self.tools.closed = True
             if code in NORMAL_CLOSE:
@@ -140,8 +203,8 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         thread_id = str(conversation.pk)
         self.current = thread_id
         if thread_id not in self.watching:
-            self.watching[thread_id] = conversation
             await self.channel_layer.group_add(group_name(thread_id), self.channel_name)
+            self.watching[thread_id] = conversation  # (a failed join is tried again next time)
 
     async def own(self, conversation_id: Any) -> Conversation:
         """One of this user's conversations, checked once per connection."""

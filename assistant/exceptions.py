@@ -148,3 +148,24 @@ class InvalidTargetFilter(InvalidEntities):
         """``key`` is the offending filter key, ``""`` when the filter as a whole is wrong."""
         super().__init__({"target_filter": f"{key!r}: {problem}" if key else problem})
         self.key = key
+
+
+class ReplyNotStored(AssistantError):
+    """Sorry, the answer could not be saved; your message is saved. Please try again."""
+
+    code = "reply_not_stored"
+    status = 503
+
+
+class InvalidIdempotencyKey(AssistantError, ValueError):
+    """An Idempotency-Key is 1 to 200 printable ASCII characters."""
+
+    code = "invalid_idempotency_key"
+    status = 400
+
+
+class TurnInProgress(AssistantError):
+    """A request with this Idempotency-Key has no stored answer yet; retry later or use a new key."""
+
+    code = "idempotency_key_in_use"
+    status = 409

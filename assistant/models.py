@@ -72,6 +72,11 @@ class Message(models.Model):
     # [{"operation", "entities" (redacted), "decision", "text", "task_id", "audit_id"}]
     tool_calls = models.JSONField(default=list, blank=True, encoder=DjangoJSONEncoder)
     actions = models.JSONField(default=list, blank=True, encoder=DjangoJSONEncoder)
+    # "<user id>:<the client's Idempotency-Key>" on both messages of a REST turn sent with one;
+    # NULL (not "") when there is none, so keyless messages never collide in the constraint
+    idempotency_key = models.CharField(  # noqa: DJ001
+        max_length=255, null=True, blank=True, editable=False
+    )
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     # What a language model spent on an assistant turn (empty for keyword turns).
     model = models.CharField(max_length=200, blank=True)
@@ -83,6 +88,11 @@ class Message(models.Model):
         ordering = ["created_at", "id"]
         indexes = [
             models.Index(fields=["conversation", "created_at"], name="assistant_msg_conv_time")
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["idempotency_key", "role"], name="assistant_msg_idempotency_key"
+            )
         ]
 
     def __str__(self) -> str:

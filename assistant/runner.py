@@ -69,12 +69,21 @@ class Publisher:
                 return
 
     async def _send(self, batch: list[dict[str, Any]]) -> None:
-        await event_log().append_many(self.thread_id, batch)
+        # A turn's outcome never depends on publishing: a failure is logged, the turn goes on
+        # (frames the log could not number go out without a ``seq``).
+        try:
+            await event_log().append_many(self.thread_id, batch)
+        except Exception:
+            logger.exception("Keeping events for replay failed (conversation %s)", self.thread_id)
         layer = get_channel_layer()
-        if layer is not None:
+        if layer is None:
+            return
+        try:
             await layer.group_send(
                 group_name(self.thread_id), {"type": "assistant.events", "frames": batch}
             )
+        except Exception:
+            logger.exception("Sending events failed (conversation %s)", self.thread_id)
 
     def redact(self, scrub: Callable[[str], str]) -> None:
         """Pass frames not yet sent through ``scrub``; the kept ones follow once all are sent."""
@@ -271,10 +280,16 @@ RUNNING: set[asyncio.Task[Any]] = set()
 
 
 def keep(task: asyncio.Task[Any]) -> asyncio.Task[Any]:
-    """Hold a reference to a background turn so it is not collected while it runs."""
+    """Hold a reference to a background task while it runs, and log how it failed, if it did."""
     RUNNING.add(task)
-    task.add_done_callback(RUNNING.discard)
+    task.add_done_callback(_forget)
     return task
+
+
+def _forget(task: asyncio.Task[Any]) -> None:
+    RUNNING.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("A background turn failed", exc_info=task.exception())
 
 
 class JobRelay:

@@ -214,7 +214,20 @@ class MessagesView(AssistantAPIView):
     @extend_schema(
         summary="Send a message: one turn",
         request=MessageInput,
-        responses={201: TurnSerializer, 400: ErrorSerializer},
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key",
+                str,
+                OpenApiParameter.HEADER,
+                description="A retry with the same key returns the first turn, not a second one.",
+            )
+        ],
+        responses={
+            201: TurnSerializer,
+            400: ErrorSerializer,
+            409: ErrorSerializer,
+            503: ErrorSerializer,
+        },
     )
     def post(self, request: Request) -> Response:
         data = MessageInput(data=request.data)
@@ -225,6 +238,7 @@ class MessagesView(AssistantAPIView):
             conversation_id=data.validated_data.get("conversation"),
             source="rest",
             request_ip=self.client_ip(),
+            idempotency_key=request.headers.get("Idempotency-Key"),
         )
         return Response(TurnSerializer(turn).data, status=status.HTTP_201_CREATED)
 
