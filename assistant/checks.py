@@ -71,6 +71,10 @@ def _value_errors(merged: dict[str, Any]) -> list[CheckMessage]:
         errors.append(
             _bad_value("THROTTLE_RATE", "must look like '120/min' or be None", "E.g. '120/min'.")
         )
+    for key, example in (("SOCKET_MAX_PENDING_BYTES", "8388608"), ("SNAPSHOT_MAX_MESSAGES", "100")):
+        count = merged[key]
+        if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
+            errors.append(_bad_value(key, "must be a positive integer", f"E.g. {example}."))
     if not isinstance(merged["REDACTED"], str):
         errors.append(_bad_value("REDACTED", "must be a string", "E.g. '[redacted]'."))
     if not isinstance(merged["RESOURCES"], dict):

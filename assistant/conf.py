@@ -41,6 +41,10 @@ DEFAULTS: dict[str, Any] = {
     "EVENT_LOG": None,
     "EVENT_LOG_KEEP": 1000,
     "EVENT_LOG_TTL": 86400,
+    # the websocket: bytes a socket may have waiting to reach a client that does not read (past
+    # it the socket is closed with 4008), and how many stored messages a snapshot carries
+    "SOCKET_MAX_PENDING_BYTES": 8 * 1024 * 1024,
+    "SNAPSHOT_MAX_MESSAGES": 100,
     # the LLM planner (PLANNER = "llm"): any OpenAI-compatible chat-completions endpoint
     "LLM": {},
 }
