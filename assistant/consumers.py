@@ -14,6 +14,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.utils.functional import LazyObject, empty
 
 from . import events
+from .api.views import AssistantThrottle
 from .chat import (
     Turn,
     answer_action,
@@ -99,6 +100,8 @@ class AssistantConsumer(AsyncWebsocketConsumer):
                 await self.tools.cancel()
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if self.too_slow:
+            return  # closing: whatever it asks for now would only be buffered
         try:
             content = self.parse(text_data, bytes_data)
             handler = getattr(self, f"on_{content['type']}", None)
@@ -190,12 +193,7 @@ class AssistantConsumer(AsyncWebsocketConsumer):
             raise refusal
 
     async def refuse_without_layer(self) -> None:
-        global _layer_missing_logged
-        if not _layer_missing_logged:
-            _layer_missing_logged = True
-            logger.error(
-                "The chat websocket needs CHANNEL_LAYERS (none is configured): closing sockets"
-            )
+        logger.error("The chat websocket needs CHANNEL_LAYERS; none is configured: socket closed")
         await self.send_error(
             "channel_layer_missing",
             "The chat is not available: the server has no channel layer configured.",
@@ -352,17 +350,18 @@ def _stored_messages(conversation: Any) -> tuple[list[Message], bool]:
 
 
 def _not_json(constant: str) -> Any:
-    raise ValueError(f"{constant} is not JSON")
+    raise FrameError(f"{constant} is not a number JSON allows.", code="bad_frame")
 
 
-_layer_missing_logged = False
+class TurnThrottle(AssistantThrottle):
+    """Turns started on the websocket: the REST API's rate and cache, a count of their own."""
+
+    scope = "assistant_websocket"
 
 
 def _throttled(user: Any) -> Throttled | None:
-    """Why the user may not start a turn now (the REST API's throttle, same cache), or None."""
-    from .api.views import AssistantThrottle
-
-    throttle = AssistantThrottle()
+    """Why the user may not start a turn now, or None."""
+    throttle = TurnThrottle()
     if throttle.allow_request(SimpleNamespace(user=user), None):  # type: ignore[arg-type]
         return None
     return Throttled(throttle.wait())
