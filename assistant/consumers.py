@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
@@ -41,6 +42,10 @@ SERVER_ERROR = 1011  # the server cannot serve chats (e.g. no channel layer); sa
 NORMAL_CLOSE = (1000, 1001)  # anything else is an abnormal drop: toolsets are cancelled
 TURN_FRAMES = ("message", "confirm", "reject")  # each starts a turn: throttled like REST
 MAX_SEQ = 2**63 - 1
+# daphne refuses to send a frame over 1 MiB (its --websocket_max_message_size): a snapshot
+# carries no more than half that of message text and tool calls
+SNAPSHOT_MAX_BYTES = 512 * 1024
+DRAIN_PATIENCE = 2.0  # seconds a socket past its cap may go without the client reading a byte
 
 
 class FrameError(AssistantError):
@@ -155,8 +160,9 @@ class AssistantConsumer(AsyncWebsocketConsumer):
             await self.send(text_data=data)
         finally:
             self.in_flight -= len(data)
-        if self.pending_bytes() > int(assistant_settings.SOCKET_MAX_PENDING_BYTES):
-            await self.close_too_slow()
+        cap = int(assistant_settings.SOCKET_MAX_PENDING_BYTES)
+        if self.pending_bytes() > cap:
+            await self.drain(cap)
 
     def pending_bytes(self) -> int:
         """What is waiting to reach the client: in our sends, and in the server's write buffer.
@@ -165,6 +171,19 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         and buffers, so its transport is asked how much it holds.
         """
         return self.in_flight + _server_backlog(self.base_send)
+
+    async def drain(self, cap: int) -> None:
+        """Hold this socket's output until the client reads below ``cap``; close it if it stops."""
+        loop = asyncio.get_running_loop()
+        pending, progressed = self.pending_bytes(), loop.time()
+        while pending > cap and not self.too_slow:
+            await asyncio.sleep(0.05)
+            left = self.pending_bytes()
+            if left < pending:
+                progressed = loop.time()
+            elif loop.time() - progressed > DRAIN_PATIENCE:
+                await self.close_too_slow()
+            pending = left
 
     async def close_too_slow(self) -> None:
         self.too_slow = True
@@ -341,12 +360,19 @@ def _waiting_actions(user: Any) -> list[dict[str, Any]]:
 
 
 def _stored_messages(conversation: Any) -> tuple[list[Message], bool]:
-    """The conversation's last ``SNAPSHOT_MAX_MESSAGES`` messages, oldest first; and if more exist."""
+    """The conversation's newest messages, oldest first, within the snapshot's bounds; and if
+    older ones were left out."""
     limit = int(assistant_settings.SNAPSHOT_MAX_MESSAGES)
     newest = Message.objects.filter(conversation=conversation).order_by("-created_at", "-id")
-    messages = list(newest[: limit + 1])
-    more = len(messages) > limit
-    return messages[:limit][::-1], more
+    candidates = list(newest[: limit + 1])
+    kept: list[Message] = []
+    size = 0
+    for message in candidates[:limit]:
+        size += len(message.text) + len(json.dumps(message.tool_calls or []))
+        if kept and size > SNAPSHOT_MAX_BYTES:
+            break
+        kept.append(message)
+    return kept[::-1], len(kept) < len(candidates)
 
 
 def _not_json(constant: str) -> Any:

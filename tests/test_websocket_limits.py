@@ -35,7 +35,7 @@ from tests.test_channel_layers import database_url, free_port, session_cookie, w
 from tests.test_websocket import WAIT, kind, kinds, receive, receive_run, send
 
 ROOT = Path(__file__).resolve().parent.parent
-CAP = 1024 * 1024  # the daphne server's SOCKET_MAX_PENDING_BYTES
+CAP = 256 * 1024  # the daphne server's SOCKET_MAX_PENDING_BYTES
 BIG = "x" * 8000  # one stored message: 40 of them make a ~330 KB snapshot
 
 
@@ -75,11 +75,11 @@ def daphne_server(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]
         process.wait(timeout=10)
 
 
-def big_conversation(make_user: Callable[..., Any]) -> tuple[str, str]:
+def big_conversation(make_user: Callable[..., Any], text: str = BIG) -> tuple[str, str]:
     user = make_user("hoarder")
     conversation = Conversation.objects.create(user=user, title="big")
     Message.objects.bulk_create(
-        Message(conversation=conversation, role=Message.Role.USER, text=BIG) for _ in range(40)
+        Message(conversation=conversation, role=Message.Role.USER, text=text) for _ in range(40)
     )
     return str(conversation.pk), session_cookie("hoarder")
 
@@ -154,6 +154,23 @@ def test_a_client_that_never_reads_is_closed_with_4008_and_the_server_lets_go_of
     assert peak - before < 8 * CAP
 
 
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_reading_client_gets_a_snapshot_larger_than_the_cap_in_full(daphne_server, make_user):
+    url, _, log = daphne_server
+    thread_id, cookie = big_conversation(make_user)  # a ~330 KB snapshot
+
+    async def read() -> list[dict[str, Any]]:
+        async with ws_connect(url, cookie) as reader:
+            await reader.send(json.dumps({"type": "resume", "conversation": thread_id}))
+            return await read_resume(reader)
+
+    frames = asyncio.run(read())
+
+    assert len(frames[0]["messages"]) == 40
+    assert "4008" not in log.read_text()
+
+
 # -- in process: snapshots, throttling, bad frames, missing pieces ------------------------------
 
 
@@ -201,6 +218,23 @@ async def test_a_whole_conversation_fits_the_snapshot_without_a_cut_marker(
 
     assert len((await receive(socket))["messages"]) == 5
     assert kind(await receive(socket)) == "CUSTOM assistant.resumed"
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_snapshot_stays_under_half_a_mebibyte_of_text(open_socket, plain_user):
+    conversation = await Conversation.objects.acreate(user=plain_user, title="huge")
+    for index in range(10):
+        await Message.objects.acreate(
+            conversation=conversation, role=Message.Role.ASSISTANT, text=f"{index}" * 100_000
+        )
+    socket = await open_socket(plain_user)
+
+    await send(socket, type="resume", conversation=str(conversation.pk), after=0)
+
+    snapshot = await receive(socket)
+    assert len(json.dumps(snapshot)) < 1024 * 1024  # daphne sends nothing larger
+    assert [m["content"][0] for m in snapshot["messages"]] == ["5", "6", "7", "8", "9"]
+    assert (await receive(socket))["value"] == {"messages": 5, "more": True}
 
 
 @pytest.fixture
