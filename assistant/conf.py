@@ -15,7 +15,8 @@ DEFAULTS: dict[str, Any] = {
     "CONFIRMATION_TTL": 600,
     # "keywords" (offline, default) or "llm"
     "PLANNER": "keywords",
-    # DRF throttle rate for every API view, per user ("120/min"); None disables
+    # DRF throttle rate per user ("120/min") for every API view, and for websocket turns
+    # (counted apart); None disables
     "THROTTLE_RATE": "120/min",
     # longest user message accepted, in characters
     "MAX_MESSAGE_LENGTH": 4000,
