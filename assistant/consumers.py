@@ -90,7 +90,11 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         self.tools.begin()
         job_relay().acquire()
         self.relaying = True
-        await self.send_pending_actions()
+        try:
+            await self.send_pending_actions()
+        except Exception:
+            logger.exception("Reading the pending actions of a new socket failed")
+            await self.send_error("internal_error", "Your pending approvals could not be loaded.")
 
     async def disconnect(self, code: int) -> None:
         if self.relaying:
