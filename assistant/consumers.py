@@ -43,7 +43,7 @@ NORMAL_CLOSE = (1000, 1001)  # anything else is an abnormal drop: toolsets are c
 TURN_FRAMES = ("message", "confirm", "reject")  # each starts a turn: throttled like REST
 MAX_SEQ = 2**63 - 1
 # daphne refuses to send a frame over 1 MiB (its --websocket_max_message_size): a snapshot
-# carries no more than half that of message text and tool calls
+# carries no more than half that of message text and tool calls, as JSON encodes them
 SNAPSHOT_MAX_BYTES = 512 * 1024
 DRAIN_PATIENCE = 2.0  # seconds a socket past its cap may go without the client reading a byte
 
@@ -192,10 +192,11 @@ class AssistantConsumer(AsyncWebsocketConsumer):
     async def close_too_slow(self) -> None:
         self.too_slow = True
         logger.warning(
-            "Closing the websocket of user %s with %s: more than %s bytes unread",
+            "Closing the websocket of user %s with %s: over %s bytes unread, none read for %s s",
             getattr(self.user, "pk", None),
             TOO_SLOW,
             assistant_settings.SOCKET_MAX_PENDING_BYTES,
+            DRAIN_PATIENCE,
         )
         await self.close(code=TOO_SLOW)
 
@@ -293,7 +294,8 @@ class AssistantConsumer(AsyncWebsocketConsumer):
     async def on_resume(self, content: dict[str, Any]) -> None:
         conversation = await self.own(self.required(content, "conversation"))
         thread_id = str(conversation.pk)
-        after = content.get("after") or 0
+        after = content.get("after")
+        after = 0 if after is None else after
         if isinstance(after, bool) or not isinstance(after, int) or not 0 <= after <= MAX_SEQ:
             raise FrameError('"after" must be a whole number, 0 or more.', code="bad_frame")
         await self.watch(conversation)
@@ -372,7 +374,7 @@ def _stored_messages(conversation: Any) -> tuple[list[Message], bool]:
     kept: list[Message] = []
     size = 0
     for message in candidates[:limit]:
-        size += len(message.text) + len(json.dumps(message.tool_calls or []))
+        size += len(json.dumps(message.text)) + len(json.dumps(message.tool_calls or []))
         if kept and size > SNAPSHOT_MAX_BYTES:
             break
         kept.append(message)
