@@ -48,6 +48,8 @@
       }
       notSent();
       if (event.code === 4008) showNotice("The connection fell behind and was closed; reconnecting.", true);
+      // (an error the server sent before closing stays on screen)
+      if (event.code === 1011 && ui.notice.hidden) showNotice("The server closed the connection after an error; reconnecting.", true);
       setStatus("closed", "reconnecting…");
       const delay = Math.min(1000 * 2 ** state.retry++, 10000);
       setTimeout(connect, delay);
