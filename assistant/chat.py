@@ -472,9 +472,13 @@ async def _echo_user_message(turn: Turn, message: Message) -> None:
 
 
 def planner_for(turn: Turn) -> Work:
-    from .planner import get_planner
+    async def plan(turn: Turn) -> None:
+        from .planner import get_planner
 
-    return get_planner().run
+        # chosen inside the run: a planner that cannot load ends the run as RUN_ERROR
+        await get_planner().run(turn)
+
+    return plan
 
 
 async def arun_turn(

@@ -120,7 +120,7 @@ SETTINGS: dict[str, Setting] = {
         accepts=_is_rate,
         expected="a rate like '120/min' (per s, min, hour or day) or None",
         example="'120/min'",
-        doc="turns and API requests per user; None disables",
+        doc="API requests per user, and websocket turns per user (counted apart); None disables",
     ),
     "MAX_MESSAGE_LENGTH": Setting(
         default=4000,
@@ -149,6 +149,21 @@ SETTINGS: dict[str, Setting] = {
         expected="a path starting and ending with '/'",
         example="'/ws/assistant/'",
         doc="where the project routes AssistantConsumer (the chat page connects there)",
+    ),
+    "SOCKET_MAX_PENDING_BYTES": Setting(
+        default=8 * 1024 * 1024,
+        accepts=_positive_int,
+        expected="a positive integer (bytes)",
+        example="8388608",
+        doc="bytes a socket may have waiting for a client that does not read; past it the "
+        "socket is closed with 4008",
+    ),
+    "SNAPSHOT_MAX_MESSAGES": Setting(
+        default=100,
+        accepts=_positive_int,
+        expected="a positive integer",
+        example="100",
+        doc="stored messages a MESSAGES_SNAPSHOT carries (the newest)",
     ),
     "MAX_CONCURRENT_TURNS": Setting(
         default=32,

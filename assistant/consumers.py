@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
+from types import SimpleNamespace
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -17,6 +19,7 @@ from channels.utils import await_many_dispatch
 from django.utils.functional import LazyObject, empty
 
 from . import events
+from .api.views import AssistantThrottle
 from .chat import (
     Turn,
     answer_action,
@@ -29,7 +32,7 @@ from .chat import (
 from .conf import assistant_settings
 from .dispatch import redacted
 from .eventlog import event_log
-from .exceptions import AssistantError
+from .exceptions import AssistantError, Throttled
 from .jobs import cancel_job
 from .lifecycle import ToolSession, bind_process_session, new_session
 from .models import Conversation, Message, PendingAction
@@ -39,7 +42,15 @@ from .runner import group_name, job_relay, loop_state, request_stop
 logger = logging.getLogger("assistant.consumers")
 UNAUTHENTICATED = 4401
 LAYER_UNAVAILABLE = 1013  # "try again later": the channel layer (Redis) cannot be reached
+TOO_SLOW = 4008  # the client left more than SOCKET_MAX_PENDING_BYTES unread
+SERVER_ERROR = 1011  # the server cannot serve chats (e.g. no channel layer); said before closing
 NORMAL_CLOSE = (1000, 1001)  # anything else is an abnormal drop: toolsets are cancelled
+TURN_FRAMES = ("message", "confirm", "reject")  # each starts a turn: throttled like REST
+MAX_SEQ = 2**63 - 1
+# daphne refuses to send a frame over 1 MiB (its --websocket_max_message_size): a snapshot
+# carries no more than half that of message text and tool calls, as JSON encodes them
+SNAPSHOT_MAX_BYTES = 512 * 1024
+DRAIN_PATIENCE = 2.0  # seconds a socket past its cap may go without the client reading a byte
 
 
 class FrameError(AssistantError):
@@ -111,10 +122,15 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         self.current: str | None = None
         self.tools: ToolSession | None = None
         self.relaying = False
+        self.in_flight = 0  # bytes handed to the server whose send has not returned yet
+        self.too_slow = False
         await self.accept()
         self.connected = True
         if self.user is None or not self.user.is_authenticated:
             await self.close(code=UNAUTHENTICATED)
+            return
+        if self.channel_layer is None:
+            await self.refuse_without_layer()
             return
         if self.layer_lost:
             await self.close_for_lost_layer()
@@ -133,7 +149,11 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         self.tools.begin()
         job_relay().acquire()
         self.relaying = True
-        await self.send_pending_actions()
+        try:
+            await self.send_pending_actions()
+        except Exception:
+            logger.exception("Reading the pending actions of a new socket failed")
+            await self.send_error("internal_error", "Your pending approvals could not be loaded.")
 
     async def disconnect(self, code: int) -> None:
         if self.relaying:
@@ -151,15 +171,24 @@ class AssistantConsumer(AsyncWebsocketConsumer):
                 await self.tools.cancel()
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if self.too_slow:
+            return  # closing: whatever it asks for now would only be buffered
         try:
             content = self.parse(text_data, bytes_data)
             handler = getattr(self, f"on_{content['type']}", None)
             if handler is None:
                 raise FrameError(f"Unknown frame type {content['type']!r}.", code="unknown_type")
+            if content["type"] in TURN_FRAMES:
+                await self.throttle()
             if content["type"] != "message":
                 await aclose_old_connections()
                 refresh_access(self.user)  # e.g. cancel_job checks permissions here
             await handler(content)
+        except FrameError as exc:
+            logger.info("Refused a websocket frame (%s): %s", exc.code, exc.message)
+            await self.send_error(exc.code, exc.message)
+        except Throttled as exc:
+            await self.send_error(exc.code, exc.message, retry_after=exc.retry_after)
         except AssistantError as exc:
             await self.send_error(exc.code, exc.message)
         except Exception:
@@ -173,7 +202,7 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         if len(text_data) > int(assistant_settings.MAX_MESSAGE_LENGTH) * 2 + 1024:
             raise FrameError("The frame is too large.", code="frame_too_large")
         try:
-            content = json.loads(text_data)
+            content = json.loads(text_data, parse_constant=_not_json)
         except ValueError:
             raise FrameError("The frame is not valid JSON.", code="bad_json") from None
         if not isinstance(content, dict) or not isinstance(content.get("type"), str):
@@ -188,15 +217,74 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         return value
 
     async def send_frame(self, frame: dict[str, Any]) -> None:
-        await self.send(text_data=json.dumps(frame, separators=(",", ":")))
+        """Send one frame, unless this client stopped reading (then close it, once)."""
+        if self.too_slow:
+            return
+        data = json.dumps(frame, separators=(",", ":"))
+        self.in_flight += len(data)
+        try:
+            await self.send(text_data=data)
+        finally:
+            self.in_flight -= len(data)
+        cap = int(assistant_settings.SOCKET_MAX_PENDING_BYTES)
+        if self.pending_bytes() > cap:
+            await self.drain(cap)
 
-    async def send_error(self, code: str, message: str) -> None:
+    def pending_bytes(self) -> int:
+        """What is waiting to reach the client: in our sends, and in the server's write buffer.
+
+        Servers that apply backpressure (uvicorn) make ``send`` wait; daphne's returns at once
+        and buffers, so its transport is asked how much it holds.
+        """
+        return self.in_flight + _server_backlog(self.base_send)
+
+    async def drain(self, cap: int) -> None:
+        """Hold this socket's output until the client reads below ``cap``; close it if it stops."""
+        loop = asyncio.get_running_loop()
+        pending, progressed = self.pending_bytes(), loop.time()
+        while pending > cap and not self.too_slow:
+            await asyncio.sleep(0.05)
+            left = self.pending_bytes()
+            if left < pending:
+                progressed = loop.time()
+            elif loop.time() - progressed > DRAIN_PATIENCE:
+                await self.close_too_slow()
+            pending = left
+
+    async def close_too_slow(self) -> None:
+        self.too_slow = True
+        logger.warning(
+            "Closing the websocket of user %s with %s: over %s bytes unread, none read for %s s",
+            getattr(self.user, "pk", None),
+            TOO_SLOW,
+            assistant_settings.SOCKET_MAX_PENDING_BYTES,
+            DRAIN_PATIENCE,
+        )
+        await self.close(code=TOO_SLOW)
+
+    async def send_error(self, code: str, message: str, **details: Any) -> None:
         frame = events.frame(
-            events.custom("assistant.error", {"code": code, "message": message}),
+            events.custom("assistant.error", {"code": code, "message": message, **details}),
             thread_id=self.current or "",
             run_id=None,
         )
         await self.send_frame(frame)
+
+    async def throttle(self) -> None:
+        """Refuse a turn past ``ASSISTANT["THROTTLE_RATE"]``: the REST API's budget, per user."""
+        if assistant_settings.THROTTLE_RATE is None:
+            return
+        refusal = await sync_to_async(_throttled)(self.user)
+        if refusal is not None:
+            raise refusal
+
+    async def refuse_without_layer(self) -> None:
+        logger.error("The chat websocket needs CHANNEL_LAYERS; none is configured: socket closed")
+        await self.send_error(
+            "channel_layer_missing",
+            "The chat is not available: the server has no channel layer configured.",
+        )
+        await self.close(code=SERVER_ERROR)
 
     async def watch(self, conversation: Conversation) -> None:
         """Join a conversation (already checked to be this user's) and make it the current one."""
@@ -268,19 +356,22 @@ class AssistantConsumer(AsyncWebsocketConsumer):
     async def on_resume(self, content: dict[str, Any]) -> None:
         conversation = await self.own(self.required(content, "conversation"))
         thread_id = str(conversation.pk)
-        try:
-            after = int(content.get("after") or 0)
-        except (TypeError, ValueError):
-            raise FrameError('"after" must be a number.', code="bad_frame") from None
+        after = content.get("after")
+        after = 0 if after is None else after
+        if isinstance(after, bool) or not isinstance(after, int) or not 0 <= after <= MAX_SEQ:
+            raise FrameError('"after" must be a whole number, 0 or more.', code="bad_frame")
         await self.watch(conversation)
         replay = await event_log().since(thread_id, after)
         frames = replay.frames
         if replay.gap or after <= 0:
             # The stored messages stand for finished runs; only a run still going is replayed.
-            messages = await sync_to_async(_stored_messages)(conversation)
+            messages, more = await sync_to_async(_stored_messages)(conversation)
             await self.send_frame(
                 events.frame(events.messages_snapshot(messages), thread_id=thread_id, run_id=None)
             )
+            if more:  # the snapshot holds only the newest messages
+                cut = events.custom("assistant.snapshot", {"messages": len(messages), "more": True})
+                await self.send_frame(events.frame(cut, thread_id=thread_id, run_id=None))
             finished = {f["runId"] for f in frames if f["type"] in ("RUN_FINISHED", "RUN_ERROR")}
             frames = [frame for frame in frames if frame["runId"] not in finished]
         for frame in frames:
@@ -336,8 +427,63 @@ def _waiting_actions(user: Any) -> list[dict[str, Any]]:
     ]
 
 
-def _stored_messages(conversation: Any) -> list[Message]:
-    return list(Message.objects.filter(conversation=conversation).order_by("created_at", "id"))
+def _stored_messages(conversation: Any) -> tuple[list[Message], bool]:
+    """The conversation's newest messages, oldest first, within the snapshot's bounds; and if
+    older ones were left out."""
+    limit = int(assistant_settings.SNAPSHOT_MAX_MESSAGES)
+    newest = Message.objects.filter(conversation=conversation).order_by("-created_at", "-id")
+    candidates = list(newest[: limit + 1])
+    kept: list[Message] = []
+    size = 0
+    for message in candidates[:limit]:
+        size += len(json.dumps(message.text)) + len(json.dumps(message.tool_calls or []))
+        if kept and size > SNAPSHOT_MAX_BYTES:
+            break
+        kept.append(message)
+    return kept[::-1], len(kept) < len(candidates)
+
+
+def _not_json(constant: str) -> Any:
+    raise FrameError(f"{constant} is not a number JSON allows.", code="bad_frame")
+
+
+class TurnThrottle(AssistantThrottle):
+    """Turns started on the websocket: the REST API's rate and cache, a count of their own."""
+
+    scope = "assistant_websocket"
+
+
+def _throttled(user: Any) -> Throttled | None:
+    """Why the user may not start a turn now, or None."""
+    throttle = TurnThrottle()
+    if throttle.allow_request(SimpleNamespace(user=user), None):  # type: ignore[arg-type]
+        return None
+    return Throttled(throttle.wait())
+
+
+def _server_backlog(send: Any) -> int:
+    """Bytes the ASGI server holds for this socket, where it says (daphne's Twisted transport)."""
+    for _ in range(4):  # channels' session middleware wraps the server's send
+        if isinstance(send, functools.partial):  # daphne: partial(server.handle_reply, protocol)
+            transport = getattr(send.args[0], "transport", None) if send.args else None
+            return _buffered(transport)
+        send = getattr(getattr(send, "__self__", None), "real_send", None)
+        if send is None:
+            break
+    return 0
+
+
+def _buffered(transport: Any) -> int:
+    size = getattr(transport, "get_write_buffer_size", None)  # an asyncio transport
+    if callable(size):
+        return int(size())
+    # a Twisted FileDescriptor: what is left of its write buffer, and what waits to join it
+    data = getattr(transport, "dataBuffer", b"")
+    return (
+        len(data)
+        - int(getattr(transport, "offset", 0))
+        + int(getattr(transport, "_tempDataLen", 0))
+    )
 
 
 def _cancel_job(user: Any, job_id: Any) -> None:

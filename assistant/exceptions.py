@@ -169,3 +169,22 @@ class TurnInProgress(AssistantError):
 
     code = "idempotency_key_in_use"
     status = 409
+
+
+class Throttled(AssistantError):
+    """Too many turns in a short time; try again shortly."""
+
+    code = "throttled"
+    status = 429
+
+    def __init__(self, retry_after: float | None) -> None:
+        self.retry_after = None if retry_after is None else max(1, round(retry_after))
+        wait = f" in {self.retry_after} s" if self.retry_after else " shortly"
+        super().__init__(f"Too many messages; try again{wait}.")
+
+
+class LLMUnavailable(AssistantError):
+    """The language model could not be reached or refused the request."""
+
+    code = "llm_unavailable"
+    status = 503

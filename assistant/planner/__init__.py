@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -18,10 +19,29 @@ class Intent:
     source: str = "keywords"
 
 
+logger = logging.getLogger("assistant.planner")
+
+
 class Planner(Protocol):
     """Drives one turn: speaks with ``turn.say`` and acts only through ``turn.call``."""
 
     async def run(self, turn: Turn) -> None: ...
+
+
+class MissingPlanner:
+    """Stands in for a planner whose package is not installed: every turn fails, saying why."""
+
+    def __init__(self, error: ImportError) -> None:
+        self.error = error
+
+    async def run(self, turn: Turn) -> None:
+        from ..exceptions import LLMUnavailable
+
+        logger.warning("The LLM planner cannot run: %s", self.error)
+        raise LLMUnavailable(
+            "The language model planner is not installed on the server "
+            f"({self.error.name or 'openai'} is missing)."
+        )
 
 
 def get_planner(name: str | None = None) -> Planner:
@@ -29,8 +49,10 @@ def get_planner(name: str | None = None) -> Planner:
     from ..conf import assistant_settings
 
     if (name or assistant_settings.PLANNER) == "llm":
-        from .llm import LLMPlanner
-
+        try:
+            from .llm import LLMPlanner
+        except ImportError as exc:
+            return MissingPlanner(exc)
         return LLMPlanner()
     from .keywords import KeywordPlanner
 

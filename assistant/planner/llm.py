@@ -17,7 +17,7 @@ from .. import events
 from ..budgets import check_budget
 from ..conf import assistant_settings
 from ..dispatch import Outcome
-from ..exceptions import AssistantError
+from ..exceptions import LLMUnavailable
 from ..models import Message
 
 if TYPE_CHECKING:
@@ -26,13 +26,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("assistant.planner.llm")
 RESULT_LIMIT = 4000  # characters of a tool result the model sees; the UI gets everything
 FALLBACK_NOTICE = "The language model is unavailable; I answered with simple keyword matching.\n\n"
-
-
-class LLMUnavailable(AssistantError):
-    """The language model could not be reached or refused the request."""
-
-    code = "llm_unavailable"
-    status = 503
 
 
 def make_client(config: dict[str, Any]) -> openai.AsyncOpenAI:

@@ -17,6 +17,7 @@
     running: null,        // run id of the run in progress on the current conversation
     retry: 0,
     pending: new Map(),   // action id -> approval element
+    sending: null,        // the bubble of a message sent but not yet echoed by the server
   };
 
   function el(tag, className, text) {
@@ -45,6 +46,10 @@
         location.reload();
         return;
       }
+      notSent();
+      if (event.code === 4008) showNotice("The connection fell behind and was closed; reconnecting.", true);
+      // (an error the server sent before closing stays on screen)
+      if (event.code === 1011 && ui.notice.hidden) showNotice("The server closed the connection after an error; reconnecting.", true);
       setStatus("closed", "reconnecting…");
       const delay = Math.min(1000 * 2 ** state.retry++, 10000);
       setTimeout(connect, delay);
@@ -72,6 +77,8 @@
   // ---- events -------------------------------------------------------------------------------
 
   function handle(frame) {
+    // An error is shown whatever conversation it names (a refused first message names none yet).
+    if (frame.type === "CUSTOM" && frame.name === "assistant.error") return showError(frame.value || {});
     if (frame.type === "CUSTOM" && !frame.threadId) return handleGlobal(frame);
     if (state.awaitingNew && frame.type === "RUN_STARTED") {
       state.awaitingNew = false;
@@ -89,7 +96,10 @@
 
   const handlers = {
     RUN_STARTED(frame) { setRunning(frame.runId); },
-    TEXT_MESSAGE_START(frame) { bubble(frame.messageId, frame.role || "assistant").classList.add("streaming"); },
+    TEXT_MESSAGE_START(frame) {
+      if (frame.role === "user") sent();
+      bubble(frame.messageId, frame.role || "assistant").classList.add("streaming");
+    },
     TEXT_MESSAGE_CONTENT(frame) {
       const node = bubble(frame.messageId, "assistant");
       if (node.dataset.complete) return;
@@ -121,6 +131,7 @@
       loadConversations();
     },
     RUN_ERROR(frame) {
+      notSent();
       showNotice(frame.message, true);
       settleCards("failed");
       setRunning(null);
@@ -136,8 +147,10 @@
         if (value.decision !== "confirmation_requested") removeApproval(value.pending_action);
       } else if (frame.name === "assistant.notice") {
         showNotice(value.message, false);
-      } else if (frame.name === "assistant.error") {
-        showNotice(value.message, true);
+      } else if (frame.name === "assistant.snapshot" && value.more) {
+        const note = el("p", "older", "Only the last " + value.messages + " messages are shown.");
+        note.id = "older";
+        ui.messages.prepend(note);
       } else if (frame.name === "assistant.resumed") {
         state.lastSeq[frame.threadId] = value.last;
       } else if (frame.name === "assistant.job") {
@@ -153,9 +166,42 @@
         id: action.id, message: action.summary, expiresAt: action.expires_at,
         metadata: { operation: action.operation, entities: action.entities },
       }));
-    } else if (frame.name === "assistant.error") {
-      showNotice(value.message, true);
     }
+  }
+
+  function showError(value) {
+    notSent();
+    showNotice(value.message || "Something went wrong.", true);
+  }
+
+  // ---- the message being sent: shown as sending, then as the server's echo or as not sent ----
+
+  function sending(text) {
+    sent();
+    ui.empty.hidden = true;
+    const node = el("div", "bubble user sending");
+    node.id = "m-sending";
+    node.append(el("div", "tools"), el("div", "text", text), el("span", "state", "sending…"));
+    ui.messages.append(node);
+    state.sending = node;
+    scrollDown();
+  }
+
+  function sent() {
+    if (state.sending) state.sending.remove();
+    state.sending = null;
+  }
+
+  // The server refused or could not store it: it stays on the page as not sent, text back in the box.
+  function notSent() {
+    const node = state.sending;
+    if (!node) return;
+    state.sending = null;
+    state.awaitingNew = false;
+    node.id = "";
+    node.classList.replace("sending", "failed");
+    node.querySelector(".state").textContent = "not sent";
+    if (!ui.input.value) ui.input.value = node.querySelector(".text").textContent;
   }
 
   // ---- rendering ----------------------------------------------------------------------------
@@ -229,7 +275,7 @@
   }
 
   function renderSnapshot(frame) {
-    ui.messages.querySelectorAll(".bubble").forEach((node) => node.remove());
+    ui.messages.querySelectorAll(".bubble, #older").forEach((node) => node.remove());
     state.lastSeq[frame.threadId] = 0;
     frame.messages.forEach((message) => {
       const node = bubble(message.id, message.role);
@@ -294,7 +340,8 @@
     ui.notice.classList.toggle("error", !!isError);
     ui.notice.hidden = false;
     clearTimeout(showNotice.timer);
-    showNotice.timer = setTimeout(() => { ui.notice.hidden = true; }, 8000);
+    // an error stays until the next notice; information fades
+    if (!isError) showNotice.timer = setTimeout(() => { ui.notice.hidden = true; }, 8000);
   }
 
   function scrollDown() { ui.messages.scrollTop = ui.messages.scrollHeight; }
@@ -307,7 +354,8 @@
     if (id) url.searchParams.set("c", id); else url.searchParams.delete("c");
     history.replaceState(null, "", url);
     if (!(options && options.keep)) {
-      ui.messages.querySelectorAll(".bubble").forEach((node) => node.remove());
+      state.sending = null;
+      ui.messages.querySelectorAll(".bubble, #older").forEach((node) => node.remove());
       ui.empty.hidden = false;
       setRunning(null);
       if (id) resume(id);
@@ -352,7 +400,10 @@
     const frame = { type: "message", text: text };
     if (state.conversation) frame.conversation = state.conversation;
     else state.awaitingNew = true;
-    if (send(frame)) ui.input.value = "";
+    if (send(frame)) {
+      ui.input.value = "";
+      sending(text);
+    }
   });
   ui.input.addEventListener("keydown", (event) => {
     if (event.key === "Enter" && !event.shiftKey) {
