@@ -23,6 +23,7 @@ from .models import Conversation, Message, PendingAction
 from .permissions import refresh_access
 from .registry import ToolRegistry, registry
 from .runner import Publisher, keep, lane, loop_state
+from .storable import storable_text
 
 logger = logging.getLogger("assistant.chat")
 MESSAGE_NOT_STORED = "Sorry, your message could not be saved. Please try again."
@@ -56,6 +57,8 @@ def check_message(text: Any) -> str:
     limit = int(assistant_settings.MAX_MESSAGE_LENGTH)
     if len(text) > limit:
         raise InvalidMessage(f"The message is longer than {limit} characters.")
+    if storable_text(text) != text:
+        raise InvalidMessage("The message contains a NUL character or an unpaired surrogate.")
     return text.strip()
 
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import enum
-import json
 import logging
 import threading
 from dataclasses import dataclass
@@ -14,7 +12,6 @@ from typing import Any
 from asgiref.sync import async_to_sync, sync_to_async
 from django.apps import apps
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.core.serializers.json import DjangoJSONEncoder
 
 from .conf import assistant_settings
 from .exceptions import (
@@ -27,6 +24,7 @@ from .lifecycle import CancellationToken, Cancelled
 from .models import AuditEntry, Conversation, PendingAction
 from .permissions import UserAccess, aaccess_for, access_for, denials
 from .registry import AssistantTool, ToolCall, ToolRegistry, ToolResult, registry
+from .storable import storable, storable_text
 
 logger = logging.getLogger("assistant.dispatch")
 Decision = AuditEntry.Decision
@@ -74,25 +72,16 @@ class Outcome:
     @property
     def text(self) -> str:
         if self.result is not None:
-            return self.result.text
+            return storable_text(self.result.text)
         if self.pending_action is not None and self.decision == Decision.CONFIRMATION_REQUESTED:
             return self.pending_action.summary
         return self.error.message if self.error is not None else ""
 
 
-class _EntityEncoder(DjangoJSONEncoder):
-    def default(self, o: Any) -> Any:
-        if isinstance(o, enum.Enum):
-            return o.value
-        try:
-            return super().default(o)
-        except TypeError:
-            return str(o)
-
-
 def jsonable(values: dict[str, Any]) -> dict[str, Any]:
-    """Validated entities as plain JSON values (what a pending action stores and re-validates)."""
-    return json.loads(json.dumps(values, cls=_EntityEncoder))
+    """Validated entities as plain, storable JSON (what a pending action stores and re-validates)."""
+    stored: dict[str, Any] = storable(values)
+    return stored
 
 
 def audit_entities(tool: AssistantTool | None, raw: Any) -> dict[str, Any]:
@@ -124,13 +113,13 @@ def write_audit(call: _Call, outcome: Outcome) -> int:
     return AuditEntry.objects.create(
         user=user,
         username=user.get_username() if user is not None else "",
-        operation=call.operation[:64] if isinstance(call.operation, str) else "",
+        operation=storable_text(call.operation[:64]) if isinstance(call.operation, str) else "",
         domain=tool.domain if tool else "",
         risk_level=tool.risk_level.value if tool else "",
         decision=outcome.audit_decision or outcome.decision,
-        entities=outcome.entities,
+        entities=storable(outcome.entities),
         duration_ms=outcome.duration_ms,
-        error=outcome.error_summary,
+        error=storable_text(outcome.error_summary),
         source=call.source,
         request_ip=call.request_ip,
         conversation=call.conversation,
