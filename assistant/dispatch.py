@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from time import perf_counter
 from typing import Any
 
@@ -24,7 +24,7 @@ from .lifecycle import CancellationToken, Cancelled
 from .models import AuditEntry, Conversation, PendingAction
 from .permissions import UserAccess, aaccess_for, access_for, denials
 from .registry import AssistantTool, ToolCall, ToolRegistry, ToolResult, registry
-from .storable import storable, storable_text
+from .storable import storable, storable_text, unstorable
 
 logger = logging.getLogger("assistant.dispatch")
 Decision = AuditEntry.Decision
@@ -72,7 +72,7 @@ class Outcome:
     @property
     def text(self) -> str:
         if self.result is not None:
-            return storable_text(self.result.text)
+            return self.result.text
         if self.pending_action is not None and self.decision == Decision.CONFIRMATION_REQUESTED:
             return self.pending_action.summary
         return self.error.message if self.error is not None else ""
@@ -137,11 +137,17 @@ def _error_summary(exc: BaseException) -> str:
 
 
 def _as_result(value: Any, operation: str) -> ToolResult:
-    if isinstance(value, ToolResult):
-        return value
     if isinstance(value, str):
-        return ToolResult(text=value)
-    raise TypeError(f"{operation} returned {type(value).__name__}, not ToolResult")
+        value = ToolResult(text=value)
+    if not isinstance(value, ToolResult):
+        raise TypeError(f"{operation} returned {type(value).__name__}, not ToolResult")
+    # What a handler returns is stored (text, actions) and rendered: make it storable.
+    return replace(
+        value,
+        text=storable_text(str(value.text)),
+        actions=storable(value.actions),
+        data=value.data if unstorable(value.data) is None else storable(value.data),
+    )
 
 
 def _failure(tool: AssistantTool, exc: Exception) -> tuple[str, AssistantError]:
