@@ -9,9 +9,7 @@ few harmless tools also run their real handlers, which must never fail on accept
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
-import sys
 from typing import Any
 
 import jsonschema
@@ -19,7 +17,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import assistant.registry as registry_module
 from assistant.dispatch import dispatch
 from assistant.entities import INT64_MAX, INT64_MIN, MAX_TEXT_LENGTH
 from assistant.exceptions import InvalidEntities
@@ -29,6 +26,7 @@ from assistant.storable import unstorable
 from tests.dashboards_world import World
 from tests.dashboards_world import dashboard_storage as dashboard_storage  # the fixture
 from tests.dashboards_world import world as world  # the fixture
+from tests.demo_site import DEMO
 
 UNSTORABLE = ["\x00", "\ud800", "\udc80", "\udfff"]
 NASTY = [
@@ -54,20 +52,6 @@ FUZZ = settings(
 )
 
 
-def demo_registry() -> ToolRegistry:
-    """The demo app's tools, declared into a registry of their own (the test settings omit it)."""
-    site = ToolRegistry("demo")
-    original = registry_module.registry
-    registry_module.registry = site
-    try:
-        sys.modules.pop("demo.assistant_tools", None)
-        importlib.import_module("demo.assistant_tools")
-    finally:
-        registry_module.registry = original
-    return site
-
-
-DEMO = demo_registry()
 TOOLS = {tool.operation: (tool, registry) for tool in registry} | {
     tool.operation: (tool, DEMO) for tool in DEMO
 }
