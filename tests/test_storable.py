@@ -385,3 +385,21 @@ def test_storable_makes_any_value_plain_json_utf8_can_encode() -> None:
 )
 def test_unstorable_says_why_an_input_cannot_be_stored(value: Any, problem: str | None) -> None:
     assert unstorable(value) == problem
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("target_filter", {"reference": "a\x00"}),
+        ("target_filter", {"reference\ud800": "a"}),
+        ("rules", [{"rule": "required_fields", "fields": ["\x00"]}]),
+    ],
+)
+def test_a_validation_task_with_unstorable_json_is_a_400_not_a_500(
+    superuser: Any, field: str, value: Any
+) -> None:
+    response = post_raw(superuser, "validation-tasks", {"target": "testapp.Order", field: value})
+
+    assert response.status_code == 400
+    assert (response.json()["code"], list(response.json()["errors"])) == ("invalid", [field])
