@@ -36,6 +36,10 @@ class Range:
     min: float | None = None
     max: float | None = None
 
+    def __post_init__(self) -> None:
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ToolDefinitionError(f"{self!r}: min is above max")
+
     def enforce(self, value: Any) -> Any:
         if self.min is not None and value < self.min:
             raise ValueError(f"must be at least {self.min:g}")
@@ -54,6 +58,10 @@ class Length:
 
     max: int | None = None
     min: int = 0
+
+    def __post_init__(self) -> None:
+        if self.min < 0 or (self.max is not None and self.min > self.max):
+            raise ToolDefinitionError(f"{self!r}: needs 0 <= min <= max")
 
     def enforce(self, value: Any) -> Any:
         unit = "items" if isinstance(value, list) else "characters"

@@ -572,3 +572,11 @@ def test_a_bound_on_a_type_it_cannot_bound_fails_where_it_is_declared(annotation
 
     with pytest.raises(ToolDefinitionError, match="unsupported bound"):
         tool_for(handler)
+
+
+@pytest.mark.parametrize(
+    "make", [lambda: Range(5, 1), lambda: Length(min=3, max=2), lambda: Length(min=-1)]
+)
+def test_a_bound_that_admits_nothing_fails_where_it_is_written(make):
+    with pytest.raises(ToolDefinitionError):
+        make()
