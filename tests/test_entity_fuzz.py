@@ -14,6 +14,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from django.db import connection
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -43,7 +44,7 @@ NASTY = [
     "😀",
 ]
 NASTY_NUMBERS = [2**63, -(2**63) - 1, 2**63 - 1, 10**400, 1e308, -0.0, float("inf"), float("nan")]
-EXAMPLES = 60  # per tool: ~40 tools, well under a minute on SQLite
+EXAMPLES = 60  # per tool: ~2,600 cases over 43 tools, ~15 s of CPU on SQLite
 FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,
@@ -52,11 +53,20 @@ FUZZ = settings(
 )
 
 
-TOOLS = {tool.operation: (tool, registry) for tool in registry} | {
-    tool.operation: (tool, DEMO) for tool in DEMO
+# Both registries declare list_tables & co. (a SQL inspector each): key by registry too.
+TOOLS = {
+    f"{site.name}:{tool.operation}": (tool, site) for site in (registry, DEMO) for tool in site
 }
 # Real handlers that only read: they run as well, and must refuse bad input as invalid_entities.
-HARMLESS = ["echo_types", "list_orders", "show_report", "search_dashboards", "list_users", "ping"]
+HARMLESS = [
+    "default:echo_types",
+    "default:list_orders",
+    "default:show_report",
+    "default:search_dashboards",
+    "default:ping",
+    "demo:list_users",
+    "demo:whoami",
+]
 
 text = st.one_of(st.sampled_from(NASTY), st.text(st.characters(exclude_categories=()), max_size=12))
 scalars = st.one_of(
@@ -173,9 +183,10 @@ def dispatched_and_audited(site: ToolRegistry, operation: str, user: Any, entiti
     return outcome
 
 
-def fuzz_recorded(operation: str, user: Any) -> int:
+def fuzz_recorded(key: str, user: Any) -> int:
     """Every input: refused ``invalid_entities`` without running, or accepted, run once, audited."""
-    tool, _ = TOOLS[operation]
+    tool, _ = TOOLS[key]
+    operation = tool.operation
     ran: list[dict[str, Any]] = []
     site = recording(tool, ran)
     cases = 0
@@ -205,6 +216,8 @@ def fuzz_recorded(operation: str, user: Any) -> int:
 def test_every_tools_entities_are_accepted_and_audited_or_refused_and_audited(
     superuser: Any, operation: str
 ) -> None:
+    if connection.vendor == "postgresql":
+        pytest.skip("the postgres-marked twin below runs it on PostgreSQL")
     assert fuzz_recorded(operation, superuser) == EXAMPLES
 
 
@@ -221,6 +234,7 @@ def test_harmless_real_handlers_refuse_bad_input_as_invalid_entities_never_fail(
     world: World, operation: str
 ) -> None:
     tool, site = TOOLS[operation]
+    operation = tool.operation
 
     @FUZZ
     @given(entities=entities_for(tool))
