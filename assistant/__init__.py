@@ -1,5 +1,6 @@
 """django-assistant: a chat assistant whose every operation is one ``@assistant_tool`` declaration."""
 
+from .entities import Length, Range
 from .exceptions import AssistantError
 from .lifecycle import CancellationToken, ToolLifecycleState, Toolset, register_toolset
 from .registry import AssistantTool, ToolCall, ToolResult, assistant_tool
@@ -8,6 +9,8 @@ __all__ = [
     "AssistantError",
     "AssistantTool",
     "CancellationToken",
+    "Length",
+    "Range",
     "ToolCall",
     "ToolLifecycleState",
     "ToolResult",

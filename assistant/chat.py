@@ -32,6 +32,7 @@ from .permissions import refresh_access
 from .redaction import redact_text, sensitive_values, unfinished_secret
 from .registry import ToolRegistry, ToolResult, registry
 from .runner import Publisher, keep, lane, loop_state
+from .storable import storable_text
 
 logger = logging.getLogger("assistant.chat")
 MESSAGE_NOT_STORED = "Sorry, your message could not be saved. Please try again."
@@ -65,6 +66,8 @@ def check_message(text: Any) -> str:
     limit = int(assistant_settings.MAX_MESSAGE_LENGTH)
     if len(text) > limit:
         raise InvalidMessage(f"The message is longer than {limit} characters.")
+    if storable_text(text) != text:
+        raise InvalidMessage("The message contains a NUL character or an unpaired surrogate.")
     return text.strip()
 
 

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import enum
-import json
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from time import perf_counter
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 from django.apps import apps
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.core.serializers.json import DjangoJSONEncoder
 
 from .conf import assistant_settings
 from .exceptions import (
@@ -28,6 +25,7 @@ from .models import AuditEntry, Conversation, PendingAction
 from .permissions import UserAccess, aaccess_for, access_for, denials
 from .redaction import redact_text, sensitive_values
 from .registry import AssistantTool, ToolCall, ToolRegistry, ToolResult, registry
+from .storable import storable, storable_text, unstorable
 
 logger = logging.getLogger("assistant.dispatch")
 Decision = AuditEntry.Decision
@@ -81,19 +79,10 @@ class Outcome:
         return self.error.message if self.error is not None else ""
 
 
-class _EntityEncoder(DjangoJSONEncoder):
-    def default(self, o: Any) -> Any:
-        if isinstance(o, enum.Enum):
-            return o.value
-        try:
-            return super().default(o)
-        except TypeError:
-            return str(o)
-
-
 def jsonable(values: dict[str, Any]) -> dict[str, Any]:
-    """Validated entities as plain JSON values (what a pending action stores and re-validates)."""
-    return json.loads(json.dumps(values, cls=_EntityEncoder))
+    """Validated entities as plain, storable JSON (what a pending action stores and re-validates)."""
+    stored: dict[str, Any] = storable(values)
+    return stored
 
 
 def audit_entities(tool: AssistantTool | None, raw: Any) -> dict[str, Any]:
@@ -125,13 +114,13 @@ def write_audit(call: _Call, outcome: Outcome) -> int:
     return AuditEntry.objects.create(
         user=user,
         username=user.get_username() if user is not None else "",
-        operation=call.operation[:64] if isinstance(call.operation, str) else "",
+        operation=storable_text(call.operation[:64]) if isinstance(call.operation, str) else "",
         domain=tool.domain if tool else "",
         risk_level=tool.risk_level.value if tool else "",
         decision=outcome.audit_decision or outcome.decision,
-        entities=outcome.entities,
+        entities=storable(outcome.entities),
         duration_ms=outcome.duration_ms,
-        error=outcome.error_summary,
+        error=storable_text(outcome.error_summary),
         source=call.source,
         request_ip=call.request_ip,
         conversation=call.conversation,
@@ -149,11 +138,17 @@ def _error_summary(exc: BaseException) -> str:
 
 
 def _as_result(value: Any, operation: str) -> ToolResult:
-    if isinstance(value, ToolResult):
-        return value
     if isinstance(value, str):
-        return ToolResult(text=value)
-    raise TypeError(f"{operation} returned {type(value).__name__}, not ToolResult")
+        value = ToolResult(text=value)
+    if not isinstance(value, ToolResult):
+        raise TypeError(f"{operation} returned {type(value).__name__}, not ToolResult")
+    # What a handler returns is stored (text, actions) and rendered: make it storable.
+    return replace(
+        value,
+        text=storable_text(str(value.text)),
+        actions=storable(value.actions),
+        data=value.data if unstorable(value.data) is None else storable(value.data),
+    )
 
 
 def _failure(tool: AssistantTool, exc: Exception) -> tuple[str, AssistantError]:

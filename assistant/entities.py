@@ -6,6 +6,8 @@ import datetime as dt
 import enum
 import inspect
 import json
+import math
+import re
 import types
 import typing
 import uuid
@@ -14,11 +16,72 @@ from dataclasses import dataclass
 from typing import Any
 
 from .exceptions import InvalidEntities, ToolDefinitionError
+from .storable import storable_text, unstorable
 
 Checker = Callable[[Any], Any]
 TRUE_WORDS = frozenset({"true", "yes", "on", "1"})
 FALSE_WORDS = frozenset({"false", "no", "off", "0"})
 NULL_WORDS = frozenset({"none", "null"})
+# Every integer entity fits a signed 64-bit column; every string entity has a length limit.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MAX_TEXT_LENGTH = 10_000
+ASCII_INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
+ASCII_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """Bounds of a number entity, both included: ``Annotated[int, Range(1, 100)]``."""
+
+    min: float | None = None
+    max: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ToolDefinitionError(f"{self!r}: min is above max")
+
+    def enforce(self, value: Any) -> Any:
+        if self.min is not None and value < self.min:
+            raise ValueError(f"must be at least {self.min:g}")
+        if self.max is not None and value > self.max:
+            raise ValueError(f"must be at most {self.max:g}")
+        return value
+
+    def schema(self, kind: str) -> dict[str, Any]:
+        bounds = {"minimum": self.min, "maximum": self.max}
+        return {key: bound for key, bound in bounds.items() if bound is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class Length:
+    """Bounds of a string's length or a list's size: ``Annotated[str, Length(max=100)]``."""
+
+    max: int | None = None
+    min: int = 0
+
+    def __post_init__(self) -> None:
+        if self.min < 0 or (self.max is not None and self.min > self.max):
+            raise ToolDefinitionError(f"{self!r}: needs 0 <= min <= max")
+
+    def enforce(self, value: Any) -> Any:
+        unit = "items" if isinstance(value, list) else "characters"
+        if len(value) < self.min:
+            raise ValueError(f"must be at least {self.min} {unit} long")
+        if self.max is not None and len(value) > self.max:
+            raise ValueError(f"must be at most {self.max} {unit} long")
+        return value
+
+    def schema(self, kind: str) -> dict[str, Any]:
+        prefix = "Items" if kind == "array" else "Length"
+        bounds = {f"min{prefix}": self.min or None, f"max{prefix}": self.max}
+        return {key: bound for key, bound in bounds.items() if bound is not None}
+
+
+Bound = Range | Length
+BOUND_KINDS: dict[type, frozenset[str]] = {
+    Range: frozenset({"integer", "number"}),
+    Length: frozenset({"string", "array"}),
+}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -40,21 +103,31 @@ def _fail(expected: str) -> typing.NoReturn:
 
 
 def _check_str(value: Any) -> str:
-    return value if isinstance(value, str) else _fail("a string")
+    if not isinstance(value, str):
+        _fail("a string")
+    if len(value) > MAX_TEXT_LENGTH:
+        raise ValueError(f"must be at most {MAX_TEXT_LENGTH} characters long")
+    return value
 
 
 def _check_int(value: Any) -> int:
-    if type(value) is int:
-        return value
     if type(value) is float and value.is_integer():
-        return int(value)
-    _fail("an integer")
+        value = int(value)
+    if type(value) is not int:
+        _fail("an integer")
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise ValueError("must fit in 64 bits (between -2**63 and 2**63-1)")
+    return value
 
 
 def _check_float(value: Any) -> float:
-    if type(value) in (int, float):
-        return float(value)
-    _fail("a number")
+    if type(value) not in (int, float):
+        _fail("a number")
+    try:
+        number = float(value)
+    except OverflowError:
+        raise ValueError("is too large a number") from None
+    return number if math.isfinite(number) else _fail("a finite number")
 
 
 def _check_bool(value: Any) -> bool:
@@ -75,17 +148,18 @@ def _parse_bool(text: str) -> bool:
 
 
 def _parse_int(text: str) -> int:
-    try:
-        return int(text.strip())
-    except ValueError:
+    # int() also reads other scripts' digits; an entity typed as text takes ASCII ones only.
+    digits = text.strip()
+    if not ASCII_INTEGER.fullmatch(digits) or len(digits) > 20:
         _fail("an integer")
+    return int(digits)
 
 
 def _parse_float(text: str) -> float:
-    try:
-        return float(text.strip())
-    except ValueError:
+    number = text.strip()
+    if not ASCII_NUMBER.fullmatch(number) or len(number) > 40:
         _fail("a number")
+    return _check_float(float(number))
 
 
 def _parse_json_object(text: str) -> dict[str, Any]:
@@ -184,7 +258,11 @@ def describe_type(hint: Any) -> tuple[str, dict[str, Any], Checker, Checker]:
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin is typing.Annotated:
-        return describe_type(args[0])
+        described = describe_type(args[0])
+        for bound in args[1:]:
+            if isinstance(bound, Range | Length):
+                described = _bounded(bound, *described)
+        return described
     if origin is typing.Literal:
         check, parse = _choices(args, lambda value: value)
         return "enum", {"type": _json_type(args[0]), "enum": list(args)}, check, parse
@@ -201,6 +279,20 @@ def describe_type(hint: Any) -> tuple[str, dict[str, Any], Checker, Checker]:
         if len(rest) == 1:
             return _describe_optional(rest[0])
     raise TypeError(f"unsupported type {hint!r}")
+
+
+def _bounded(
+    bound: Bound, kind: str, schema: dict[str, Any], check: Checker, parse: Checker
+) -> tuple[str, dict[str, Any], Checker, Checker]:
+    """The description with ``bound`` enforced after the type's own check (None passes)."""
+    if kind not in BOUND_KINDS[type(bound)]:
+        raise TypeError(f"unsupported bound {bound!r} on a {kind}")
+
+    def bounded_check(value: Any) -> Any:
+        checked = check(value)
+        return None if checked is None else bound.enforce(checked)
+
+    return kind, {**schema, **bound.schema(kind)}, bounded_check, parse
 
 
 def _describe_list(item: Any) -> tuple[str, dict[str, Any], Checker, Checker]:
@@ -333,14 +425,19 @@ def validate_entities(
     errors: dict[str, str] = {}
     for name in values:
         if name not in by_name:
-            errors[str(name)] = "unknown entity"
+            errors[storable_text(str(name))[:100]] = "unknown entity"
     result: dict[str, Any] = {}
     for entity in entities:
         if entity.name in values:
+            value = values[entity.name]
+            problem = unstorable(value)
+            if problem is not None:
+                errors[entity.name] = problem
+                continue
             try:
-                result[entity.name] = entity.check(values[entity.name])
-            except ValueError as exc:
-                errors[entity.name] = str(exc)
+                result[entity.name] = entity.check(value)
+            except (ValueError, TypeError, OverflowError) as exc:
+                errors[entity.name] = storable_text(str(exc))
         elif entity.required:
             errors[entity.name] = "required"
     if errors:

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from .exceptions import ActionExpired, ActionNotFound, AlreadyDecided
 from .registry import RiskLevel
+from .storable import storable, storable_text
 
 
 class Tool(models.Model):
@@ -44,6 +45,10 @@ class Conversation(models.Model):
 
     def __str__(self) -> str:
         return self.title or str(self.id)
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        self.title = storable_text(self.title)
+        super().save(*args, **kwargs)
 
     def touch(self) -> None:
         """Mark the conversation as just used (it moves to the top of its user's list)."""
@@ -97,6 +102,13 @@ class Message(models.Model):
 
     def __str__(self) -> str:
         return f"{self.role}: {self.text[:60]}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # A reply may carry whatever a tool or a model produced: store it storable.
+        self.text = storable_text(self.text)
+        self.tool_calls = storable(self.tool_calls)
+        self.actions = storable(self.actions)
+        super().save(*args, **kwargs)
 
 
 def entities_digest(entities: dict[str, Any]) -> str:
@@ -181,13 +193,14 @@ class PendingAction(models.Model):
     ) -> PendingAction:
         now = timezone.now()
         cls.objects.owned_by(user).expire_due()  # asking again: the expired ones forget (indexed)
+        entities = storable(entities)
         return cls.objects.create(
             user=user,
             conversation=conversation,
             operation=operation,
             entities=entities,
             entities_digest=entities_digest(entities),
-            summary=summary,
+            summary=storable_text(summary),
             created_at=now,
             expires_at=now + timedelta(seconds=ttl_seconds),
         )
@@ -430,7 +443,7 @@ class Job(models.Model):
     def report(self, percent: float, message: str = "") -> None:
         self._set(
             progress=max(0, min(100, int(percent))),
-            progress_message=message[:300],
+            progress_message=storable_text(str(message))[:300],
             heartbeat_at=timezone.now(),
         )
 
@@ -445,9 +458,9 @@ class Job(models.Model):
         """Running → finished, once: a worker waking after the reaper failed its job loses."""
         fields: dict[str, Any] = {
             "status": status,
-            "result": result,
-            "result_data": data,
-            "error": error[:5000],
+            "result": storable_text(result),
+            "result_data": storable(data),
+            "error": storable_text(error)[:5000],
             "finished_at": timezone.now(),
             "updated_at": timezone.now(),
         }

@@ -3,18 +3,30 @@ an environment by slug or name; and who may change which environment."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from django.db.models import Q, QuerySet
 from guardian.shortcuts import get_objects_for_user
 
-from assistant import ToolResult
+from assistant import Length, ToolResult
 from assistant.exceptions import InvalidEntities, PermissionDenied
 
 from .models import Dashboard, Environment
 
 MAX_CANDIDATES = 10
+ID_RE = re.compile(r"#?([0-9]{1,18})", re.ASCII)
+
+# How the tools declare their references: as long as the model's fields allow.
+EnvironmentName = Annotated[str, Length(max=100)]
+DashboardReference = Annotated[str, Length(max=200)]
+
+
+def dashboard_id(text: str) -> int | None:
+    """The id in ``12`` or ``#12`` (ASCII digits that fit a database key), else None."""
+    match = ID_RE.fullmatch(text.strip())
+    return int(match.group(1)) if match else None
 
 
 def visible_dashboards(user: Any) -> QuerySet[Dashboard]:
@@ -129,8 +141,9 @@ def resolve_dashboard(
     candidates = visible_dashboards(user)
     if environment is not None:
         candidates = candidates.filter(environment=environment)
-    if text.lstrip("#").isdigit():
-        found = candidates.filter(pk=int(text.lstrip("#"))).first()
+    pk = dashboard_id(text)
+    if pk is not None:
+        found = candidates.filter(pk=pk).first()
         if found is not None:
             return found
     for lookup in (

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db.models import Q
 
-from assistant import ToolCall, ToolResult, assistant_tool, register_toolset
+from assistant import Length, Range, ToolCall, ToolResult, assistant_tool, register_toolset
 from assistant.toolsets.sql import SQLInspector
 
 from .jobs import build_user_report
@@ -42,10 +42,10 @@ def whoami(call: ToolCall) -> ToolResult:
 )
 def list_users(
     call: ToolCall,
-    search: Annotated[str | None, "part of a username or e-mail"] = None,
+    search: Annotated[str | None, "part of a username or e-mail", Length(max=254)] = None,
     active_only: bool = True,
-    page: int = 1,
-    page_size: int = 20,
+    page: Annotated[int, "page number, from 1", Range(1, 100_000)] = 1,
+    page_size: Annotated[int, "users per page (1-100)", Range(1, 100)] = 20,
 ) -> ToolResult:
     # guardian's stand-in for anonymous visitors is not an account anyone manages
     anonymous = getattr(settings, "ANONYMOUS_USER_NAME", "AnonymousUser")
@@ -54,8 +54,7 @@ def list_users(
         users = users.filter(Q(username__icontains=search) | Q(email__icontains=search))
     if active_only:
         users = users.filter(is_active=True)
-    page_size = max(1, min(page_size, 100))
-    start = (max(page, 1) - 1) * page_size
+    start = (page - 1) * page_size
     rows = list(
         users.values("id", "username", "email", "is_active", "is_staff")[start : start + page_size]
     )
@@ -79,7 +78,9 @@ def list_users(
     keywords=["deactivate user", "disable user"],
 )
 def deactivate_user(
-    call: ToolCall, user_id: Annotated[int, "the account's id"], reason: str = ""
+    call: ToolCall,
+    user_id: Annotated[int, "the account's id", Range(1)],
+    reason: Annotated[str, "why, for the record", Length(max=500)] = "",
 ) -> ToolResult:
     account = call.instance
     if account.pk == call.user.pk:
@@ -103,7 +104,11 @@ def deactivate_user(
     sensitive_entities=["new_password"],
     keywords=["set password", "reset password"],
 )
-def set_password(call: ToolCall, user_id: int, new_password: str) -> ToolResult:
+def set_password(
+    call: ToolCall,
+    user_id: Annotated[int, "the account's id", Range(1)],
+    new_password: Annotated[str, "the new password", Length(min=1, max=1024)],
+) -> ToolResult:
     account = call.instance
     account.set_password(new_password)
     account.save(update_fields=["password"])
@@ -130,7 +135,10 @@ class DemoDatabase(SQLInspector):
     permission_checks=[("users", "READ")],
     keywords=["user report", "report on users"],
 )
-def user_report(call: ToolCall, pause: float = 0.5) -> ToolResult:
+def user_report(
+    call: ToolCall,
+    pause: Annotated[float, "seconds to wait after each account (0-5)", Range(0, 5)] = 0.5,
+) -> ToolResult:
     job = call.jobs.enqueue(build_user_report, pause)
     return ToolResult(
         text=f"Building the user report in the background (task {job.pk}).", task_id=str(job.pk)

@@ -49,6 +49,7 @@ ALL_TOOLS = sorted(
         "overrun",
         "overrun_sync",
         "probe_state",
+        "record_call",
         "run_readonly_query",
         "sluggish_tool",
         "start_job",

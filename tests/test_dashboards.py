@@ -244,12 +244,22 @@ def test_search_is_refused_to_a_user_without_the_permission(world: World) -> Non
             {"environment": "qa"},
             {"environment": "no environment 'qa'; choose one of dev, staging, prod"},
         ),
-        ({"page": 0}, {"page": "must be 1 or more"}),
-        ({"page_size": 500}, {"page_size": "must be between 1 and 100"}),
+        ({"page": 0}, {"page": "must be at least 1"}),
+        ({"page_size": 500}, {"page_size": "must be at most 100"}),
         ({"page": "two"}, {"page": "expected an integer"}),
+        ({"page": 2**63}, {"page": "must fit in 64 bits (between -2**63 and 2**63-1)"}),
+        ({"search": "x" * 201}, {"search": "must be at most 200 characters long"}),
         ({"colour": "red"}, {"colour": "unknown entity"}),
     ],
-    ids=["unknown-environment", "page-zero", "page-too-big", "page-not-a-number", "unknown-entity"],
+    ids=[
+        "unknown-environment",
+        "page-zero",
+        "page-too-big",
+        "page-not-a-number",
+        "page-beyond-64-bits",
+        "search-too-long",
+        "unknown-entity",
+    ],
 )
 def test_search_with_bad_entities_says_which_and_why(
     world: World, entities: dict[str, Any], errors: dict[str, str]

@@ -9,8 +9,8 @@ from typing import Annotated, Any, Literal
 import jsonschema
 import pytest
 
-from assistant import AssistantTool, ToolCall, ToolResult
-from assistant.exceptions import InvalidEntities
+from assistant import AssistantTool, Length, Range, ToolCall, ToolResult
+from assistant.exceptions import InvalidEntities, ToolDefinitionError
 
 
 class Color(enum.StrEnum):
@@ -448,8 +448,135 @@ def test_text_parses_to_the_entitys_declared_type(tool, entity, text, value):
         ("ident", "xyz"),
         ("day", "tomorrow"),
         ("at", "noon"),
+        ("count", "²"),
+        ("count", "\u0661\u0662"),  # Arabic-Indic digits: int() reads them, an entity does not
+        ("count", "\uff11\uff12"),  # fullwidth digits
+        ("count", "9" * 21),
+        ("ratio", "\u0661.5"),
+        ("ratio", "nan"),
+        ("ratio", "inf"),
+        ("ratio", "1e400"),
     ],
 )
 def test_text_that_does_not_parse_raises_value_error(tool, entity, text):
     with pytest.raises(ValueError, match=r"^expected "):
         tool.entity_map[entity].parse_text(text)
+
+
+# --- bounds ----------------------------------------------------------------------------------
+
+
+def bounded(
+    call: ToolCall,
+    page: Annotated[int, "page number", Range(1, 100)] = 1,
+    pause: Annotated[float, Range(0, 5)] = 0.5,
+    name: Annotated[str, "a name", Length(min=1, max=10)] = "x",
+    note: Annotated[str | None, Length(max=3)] = None,
+    tags: Annotated[list[Annotated[str, Length(max=2)]], Length(max=2)] | None = None,
+) -> ToolResult:
+    return ToolResult(text="ok")
+
+
+def test_declared_bounds_are_in_the_schema_the_llm_sees():
+    properties = tool_for(bounded).parameters["properties"]
+
+    assert properties["page"] == {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 100,
+        "description": "page number",
+        "default": 1,
+    }
+    assert properties["pause"] == {"type": "number", "minimum": 0, "maximum": 5, "default": 0.5}
+    assert properties["name"] == {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": 10,
+        "description": "a name",
+        "default": "x",
+    }
+    assert properties["note"] == {"type": ["string", "null"], "maxLength": 3}
+    assert properties["tags"] == {
+        "type": ["array", "null"],
+        "items": {"type": "string", "maxLength": 2},
+        "maxItems": 2,
+    }
+    jsonschema.Draft202012Validator.check_schema(tool_for(bounded).parameters)
+
+
+@pytest.mark.parametrize(
+    ("values", "errors"),
+    [
+        ({"page": 0}, {"page": "must be at least 1"}),
+        ({"page": 101}, {"page": "must be at most 100"}),
+        ({"pause": 1e9}, {"pause": "must be at most 5"}),
+        ({"pause": -0.5}, {"pause": "must be at least 0"}),
+        ({"name": ""}, {"name": "must be at least 1 characters long"}),
+        ({"name": "x" * 11}, {"name": "must be at most 10 characters long"}),
+        ({"note": "long"}, {"note": "must be at most 3 characters long"}),
+        ({"tags": ["a", "b", "c"]}, {"tags": "must be at most 2 items long"}),
+        ({"tags": ["abc"]}, {"tags": "must be at most 2 characters long"}),
+    ],
+)
+def test_a_value_out_of_its_declared_bounds_is_invalid(values, errors):
+    with pytest.raises(InvalidEntities) as refused:
+        tool_for(bounded).validate(values)
+
+    assert refused.value.errors == errors
+
+
+def test_values_within_their_bounds_and_none_for_an_optional_one_pass():
+    values = {"page": 100, "pause": 5, "name": "x" * 10, "note": None, "tags": ["ab", "cd"]}
+
+    assert tool_for(bounded).validate(values) == {**values, "pause": 5.0}
+
+
+@pytest.mark.parametrize(
+    ("values", "errors"),
+    [
+        ({"count": 2**63}, {"count": "must fit in 64 bits (between -2**63 and 2**63-1)"}),
+        ({"count": -(2**63) - 1}, {"count": "must fit in 64 bits (between -2**63 and 2**63-1)"}),
+        ({"count": 1e19}, {"count": "must fit in 64 bits (between -2**63 and 2**63-1)"}),
+        ({"ratio": 10**400}, {"ratio": "is too large a number"}),
+        ({"ratio": 10**308 * 10}, {"ratio": "is too large a number"}),
+        ({"ratio": float("nan")}, {"ratio": "is not a finite number"}),
+        ({"ratio": float("-inf")}, {"ratio": "is not a finite number"}),
+        ({"name": "x" * 10_001}, {"name": "must be at most 10000 characters long"}),
+        ({"name": "a\x00"}, {"name": "contains a NUL character or an unpaired surrogate"}),
+        ({"tags": ["\ud800"]}, {"tags": "contains a NUL character or an unpaired surrogate"}),
+        ({"meta": {"\udc80": 1}}, {"meta": "has a key that is not plain text"}),
+        ({"\ud800": 1}, {"\ufffd": "unknown entity"}),
+    ],
+)
+def test_every_entity_has_default_bounds_that_fit_storage(tool, values, errors):
+    with pytest.raises(InvalidEntities) as refused:
+        tool.validate({**REQUIRED, **values})
+
+    assert refused.value.errors == errors
+
+
+def test_the_64_bit_limits_themselves_pass(tool):
+    for count in (2**63 - 1, -(2**63)):
+        assert tool.validate({**REQUIRED, "count": count})["count"] == count
+
+
+@pytest.mark.parametrize(
+    "annotation",
+    [Annotated[str, Range(1, 2)], Annotated[int, Length(max=3)], Annotated[bool, Range(0, 1)]],
+)
+def test_a_bound_on_a_type_it_cannot_bound_fails_where_it_is_declared(annotation):
+    def handler(call: ToolCall, value: int) -> ToolResult:
+        return ToolResult(text="ok")
+
+    handler.__annotations__["value"] = annotation
+
+    with pytest.raises(ToolDefinitionError, match="unsupported bound"):
+        tool_for(handler)
+
+
+@pytest.mark.parametrize(
+    "make", [lambda: Range(5, 1), lambda: Length(min=3, max=2), lambda: Length(min=-1)]
+)
+def test_a_bound_that_admits_nothing_fails_where_it_is_written(make):
+    with pytest.raises(ToolDefinitionError):
+        make()

@@ -323,6 +323,7 @@ def test_dispatch_refuses_every_tool_the_catalog_hides(reader):
         "run_backup": {"environment": "dev"},
         "run_llm_documentation": {"dashboard": "1"},
         "get_health_summary": {},
+        "record_call": {},
     }
     hidden = {tool.operation for tool in registry} - operations(reader)
     assert hidden == set(valid_entities)

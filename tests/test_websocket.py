@@ -431,6 +431,16 @@ THEIRS = "THEIR-CONVERSATION"
             id="text over MAX_MESSAGE_LENGTH",
         ),
         pytest.param(
+            json.dumps({"type": "message", "text": "ping \x00"}),
+            "invalid_message",
+            id="text with a NUL",
+        ),
+        pytest.param(
+            json.dumps({"type": "message", "text": "ping \udc80"}),
+            "invalid_message",
+            id="text with a lone surrogate",
+        ),
+        pytest.param(
             json.dumps({"type": "message", "text": "x" * (3 * LIMIT + 1024)}),
             "frame_too_large",
             id="frame far over the limit",

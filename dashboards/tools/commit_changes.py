@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from assistant import ToolCall, ToolResult, assistant_tool
+from assistant import Length, ToolCall, ToolResult, assistant_tool
 from assistant.exceptions import InvalidEntities
 
 from .. import repository
 from ..models import Dashboard
-from ..references import require, resolve_environment
+from ..references import EnvironmentName, require, resolve_environment
 
 
 @assistant_tool(
@@ -26,9 +26,9 @@ from ..references import require, resolve_environment
 )
 def commit_changes(
     call: ToolCall,
-    environment: Annotated[str, "the environment to export (slug or name)"],
-    branch: Annotated[str, "the branch to commit on"] = repository.DEFAULT_BRANCH,
-    message: Annotated[str | None, "the commit message"] = None,
+    environment: Annotated[EnvironmentName, "the environment to export (slug or name)"],
+    branch: Annotated[str, "the branch to commit on", Length(max=200)] = repository.DEFAULT_BRANCH,
+    message: Annotated[str | None, "the commit message", Length(max=2000)] = None,
 ) -> ToolResult:
     env = resolve_environment(environment)
     require(call.user, "view", env)

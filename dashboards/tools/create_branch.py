@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from assistant import ToolCall, ToolResult, assistant_tool
+from assistant import Length, ToolCall, ToolResult, assistant_tool
 
 from .. import repository
 
@@ -19,8 +19,8 @@ from .. import repository
 )
 def create_branch(
     call: ToolCall,
-    name: Annotated[str, "the new branch's name, e.g. feature-x"],
-    base: Annotated[str, "the branch it starts from"] = repository.DEFAULT_BRANCH,
+    name: Annotated[str, "the new branch's name, e.g. feature-x", Length(min=1, max=200)],
+    base: Annotated[str, "the branch it starts from", Length(max=200)] = repository.DEFAULT_BRANCH,
 ) -> ToolResult:
     commit = repository.create_branch(name, base, call.user)
     name = name.strip()

@@ -8,7 +8,14 @@ from assistant import ToolCall, ToolResult, assistant_tool
 from assistant.exceptions import InvalidEntities
 
 from ..jobs import deploy_dashboard as deploy_job
-from ..references import AmbiguousReference, require, resolve_dashboard, resolve_environment
+from ..references import (
+    AmbiguousReference,
+    DashboardReference,
+    EnvironmentName,
+    require,
+    resolve_dashboard,
+    resolve_environment,
+)
 
 
 @assistant_tool(
@@ -25,10 +32,12 @@ from ..references import AmbiguousReference, require, resolve_dashboard, resolve
 )
 def deploy_dashboard(
     call: ToolCall,
-    dashboard: Annotated[str, "the dashboard's id, slug or part of its title"],
-    target: Annotated[str, "the environment to deploy to (slug or name: dev, staging, prod)"],
+    dashboard: Annotated[DashboardReference, "the dashboard's id, slug or part of its title"],
+    target: Annotated[
+        EnvironmentName, "the environment to deploy to (slug or name: dev, staging, prod)"
+    ],
     source: Annotated[
-        str | None, "the environment the dashboard is in, if the name is ambiguous"
+        EnvironmentName | None, "the environment the dashboard is in, if the name is ambiguous"
     ] = None,
 ) -> ToolResult:
     to = resolve_environment(target, "target")

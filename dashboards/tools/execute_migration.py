@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from assistant import ToolCall, ToolResult, assistant_tool
+from assistant import Length, ToolCall, ToolResult, assistant_tool
 from assistant.exceptions import InvalidEntities
 
 from ..jobs import describe_plan, migrate_dashboards, migration_plan
 from ..models import Dashboard
 from ..references import (
     AmbiguousReference,
+    DashboardReference,
+    EnvironmentName,
     require,
     resolve_dashboard,
     resolve_environment,
@@ -33,9 +35,13 @@ from ..references import (
 )
 def execute_migration(
     call: ToolCall,
-    source: Annotated[str, "the environment to move dashboards out of"],
-    target: Annotated[str, "the environment to move them into"],
-    dashboards: Annotated[list[str] | None, "ids, slugs or titles; default: all in source"] = None,
+    source: Annotated[EnvironmentName, "the environment to move dashboards out of"],
+    target: Annotated[EnvironmentName, "the environment to move them into"],
+    dashboards: Annotated[
+        list[DashboardReference] | None,
+        "ids, slugs or titles; default: all in source",
+        Length(max=500),
+    ] = None,
     dry_run: Annotated[bool, "only list what would change"] = False,
 ) -> ToolResult:
     origin = resolve_environment(source, "source")

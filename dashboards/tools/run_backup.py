@@ -7,7 +7,7 @@ from typing import Annotated
 from assistant import ToolCall, ToolResult, assistant_tool
 
 from ..jobs import back_up_environment
-from ..references import require, resolve_environment
+from ..references import EnvironmentName, require, resolve_environment
 
 
 @assistant_tool(
@@ -23,7 +23,7 @@ from ..references import require, resolve_environment
 )
 def run_backup(
     call: ToolCall,
-    environment: Annotated[str, "the environment to back up (slug or name)"],
+    environment: Annotated[EnvironmentName, "the environment to back up (slug or name)"],
 ) -> ToolResult:
     env = resolve_environment(environment)
     require(call.user, "change", env)

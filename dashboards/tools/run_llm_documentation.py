@@ -7,7 +7,13 @@ from typing import Annotated
 from assistant import ToolCall, ToolResult, assistant_tool
 
 from ..jobs import write_documentation
-from ..references import AmbiguousReference, resolve_dashboard, resolve_environment
+from ..references import (
+    AmbiguousReference,
+    DashboardReference,
+    EnvironmentName,
+    resolve_dashboard,
+    resolve_environment,
+)
 
 
 @assistant_tool(
@@ -23,8 +29,10 @@ from ..references import AmbiguousReference, resolve_dashboard, resolve_environm
 )
 def run_llm_documentation(
     call: ToolCall,
-    dashboard: Annotated[str, "the dashboard's id, slug or part of its title"],
-    environment: Annotated[str | None, "the environment it is in, if the name is ambiguous"] = None,
+    dashboard: Annotated[DashboardReference, "the dashboard's id, slug or part of its title"],
+    environment: Annotated[
+        EnvironmentName | None, "the environment it is in, if the name is ambiguous"
+    ] = None,
 ) -> ToolResult:
     env = resolve_environment(environment) if environment else None
     try:

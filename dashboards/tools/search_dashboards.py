@@ -6,10 +6,9 @@ from typing import Annotated
 
 from django.db.models import Q
 
-from assistant import ToolCall, ToolResult, assistant_tool
-from assistant.exceptions import InvalidEntities
+from assistant import Length, Range, ToolCall, ToolResult, assistant_tool
 
-from ..references import resolve_environment, visible_dashboards
+from ..references import dashboard_id, resolve_environment, visible_dashboards
 
 
 @assistant_tool(
@@ -32,18 +31,15 @@ from ..references import resolve_environment, visible_dashboards
 )
 def search_dashboards(
     call: ToolCall,
-    search: Annotated[str | None, "part of a title or slug, or a dashboard id"] = None,
-    environment: Annotated[str | None, "an environment's slug or name (dev, staging, prod)"] = None,
-    page: Annotated[int, "page number, from 1"] = 1,
-    page_size: Annotated[int, "dashboards per page (1-100)"] = 20,
+    search: Annotated[
+        str | None, "part of a title or slug, or a dashboard id", Length(max=200)
+    ] = None,
+    environment: Annotated[
+        str | None, "an environment's slug or name (dev, staging, prod)", Length(max=100)
+    ] = None,
+    page: Annotated[int, "page number, from 1", Range(1, 100_000)] = 1,
+    page_size: Annotated[int, "dashboards per page (1-100)", Range(1, 100)] = 20,
 ) -> ToolResult:
-    errors = {}
-    if page < 1:
-        errors["page"] = "must be 1 or more"
-    if not 1 <= page_size <= 100:
-        errors["page_size"] = "must be between 1 and 100"
-    if errors:
-        raise InvalidEntities(errors)
     dashboards = visible_dashboards(call.user)
     where = ""
     if environment:
@@ -53,8 +49,9 @@ def search_dashboards(
     term = (search or "").strip()
     if term:
         matches = Q(title__icontains=term) | Q(slug__icontains=term)
-        if term.lstrip("#").isdigit():
-            matches |= Q(pk=int(term.lstrip("#")))
+        pk = dashboard_id(term)
+        if pk is not None:
+            matches |= Q(pk=pk)
         dashboards = dashboards.filter(matches)
     total = dashboards.count()
     pages = max(1, -(-total // page_size))

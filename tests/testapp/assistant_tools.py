@@ -399,3 +399,31 @@ def start_job(
     else:
         job = call.jobs.enqueue(jobs.explode)
     return ToolResult(text=f"started {kind} job {job.pk}", task_id=str(job.pk))
+
+
+RECORDED: list[dict[str, object]] = []
+
+
+@assistant_tool(
+    operation="record_call",
+    domain="diagnostics",
+    description="Remember that it ran; reply with unstorable text or raise if asked",
+    risk_level="safe",
+    permission_checks=[("diagnostics", "RUN")],
+    keywords=["record call"],
+)
+def record_call(
+    call: ToolCall,
+    name: str = "",
+    count: int = 0,
+    ratio: float = 1.0,
+    meta: dict[str, object] | None = None,
+    reply: Literal["plain", "garbled", "raise"] = "plain",
+) -> ToolResult:
+    RECORDED.append(dict(call.entities))
+    garbled = "NUL \x00, lone \ud800 and \udc80"
+    if reply == "raise":
+        raise RuntimeError(garbled)
+    if reply == "garbled":
+        return ToolResult(text=garbled, actions=[{"type": garbled, garbled: [garbled]}])
+    return ToolResult(text=f"recorded {name}")
