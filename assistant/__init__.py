@@ -1,5 +1,7 @@
 """django-assistant: a chat assistant whose every operation is one ``@assistant_tool`` declaration."""
 
+__version__ = "0.1.0"
+
 from .exceptions import AssistantError
 from .lifecycle import CancellationToken, ToolLifecycleState, Toolset, register_toolset
 from .registry import AssistantTool, ToolCall, ToolResult, assistant_tool
