@@ -16,6 +16,8 @@ import nox
 
 nox.options.default_venv_backend = "venv"
 nox.options.sessions = ["tests", "tests_postgres", "package"]
+# an existing session venv is kept; `pip install -r requirements.txt` still brings it up to date
+nox.options.reuse_venv = "yes"
 
 PYTHONS = ["3.12", "3.13"]
 # what a Django version needs on top of requirements.txt (pinned for the newest Django)
