@@ -4,7 +4,7 @@
 whole suite on SQLite (unless DATABASE_URL is set, as for `make test`), `tests_postgres` on
 PostgreSQL and Redis (DATABASE_URL and REDIS_URL, or the local defaults) with a missing service
 an error, `package` builds the sdist and wheel and checks them with twine.
-A session installs requirements.txt and then only what differs for its Django version.
+A session installs requirements.txt with only its Django version (and what that needs) swapped.
 """
 
 from __future__ import annotations
@@ -23,13 +23,12 @@ nox.options.sessions = ["tests", "tests_postgres", "package"]
 nox.options.reuse_venv = "yes"
 
 PYTHONS = ["3.12", "3.13"]
-# what a Django version needs on top of requirements.txt (pinned for the newest Django)
+# what a Django version needs in place of requirements.txt's pins (those are for the newest)
 DJANGO = {
     "5.2": ["Django==5.2.19", "django-tasks==0.12.0"],
     "6.0": ["Django==6.0.10"],
     "6.1": [],
 }
-NEWEST = "6.1"
 LOCAL_POSTGRES = "postgres://postgres@127.0.0.1:5432/postgres"
 LOCAL_REDIS = "redis://127.0.0.1:6379/0"
 
