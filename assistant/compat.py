@@ -22,7 +22,7 @@ else:  # Django 5.2
         from django.core.exceptions import ImproperlyConfigured
 
         raise ImproperlyConfigured(
-            "django-assistant needs Django's Tasks framework: on Django 5.2 install the "
+            "django-ops-assistant needs Django's Tasks framework: on Django 5.2 install the "
             'backport with `pip install "django-ops-assistant[django52]"`, or use Django 6.'
         ) from error
 
