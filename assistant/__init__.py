@@ -1,4 +1,6 @@
-"""django-assistant: a chat assistant whose every operation is one ``@assistant_tool`` declaration."""
+"""django-ops-assistant: a chat assistant whose every operation is one ``@assistant_tool`` declaration."""
+
+__version__ = "0.1.0"
 
 from .entities import Length, Range
 from .exceptions import AssistantError

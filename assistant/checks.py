@@ -47,7 +47,7 @@ def _key_errors(
         if spec is None:
             guess = nearest(key, known)
             yield Warning(
-                f"{where}[{key!r}] is not a setting django-assistant knows.",
+                f"{where}[{key!r}] is not an assistant setting.",
                 hint=(f"Did you mean {guess!r}? " if guess else "")
                 + f"Known settings: {', '.join(sorted(known))}.",
                 id="assistant.W001",

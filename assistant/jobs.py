@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 from asgiref.sync import async_to_sync, sync_to_async
 from django import db
 from django.db import close_old_connections, transaction
-from django.tasks import task
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from .compat import task
 from .conf import assistant_settings
 from .exceptions import AssistantError
 from .lifecycle import CancellationToken, Cancelled

@@ -8,5 +8,6 @@ app_name = "assistant"
 
 urlpatterns = [
     path("", views.chat, name="chat"),
+    path("login/", views.LoginView.as_view(), name="login"),
     path("api/", include("assistant.api.urls")),
 ]

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.urls import reverse
 
 from .conf import assistant_settings
 
 
-@login_required
+@login_required  # signed-out users go to settings.LOGIN_URL ("assistant:login" works anywhere)
 def chat(request: HttpRequest) -> HttpResponse:
     return render(
         request,
@@ -19,3 +21,13 @@ def chat(request: HttpRequest) -> HttpResponse:
             "max_length": assistant_settings.MAX_MESSAGE_LENGTH,
         },
     )
+
+
+class LoginView(auth_views.LoginView):
+    """Django's sign-in with the app's own template, so a project needs no login page of its own."""
+
+    template_name = "assistant/login.html"
+
+    def get_default_redirect_url(self) -> str:
+        """Without ``?next=``, the chat rather than the project's ``LOGIN_REDIRECT_URL``."""
+        return reverse("assistant:chat")

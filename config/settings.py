@@ -4,6 +4,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+import django
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -32,6 +33,9 @@ INSTALLED_APPS = [
     "demo",
     "dashboards",
 ]
+if django.VERSION < (6, 0):
+    # Django 5.2: Tasks come from the django-tasks backport (the [django52] extra)
+    INSTALLED_APPS.append("django_tasks")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

@@ -4,6 +4,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+import django
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 SECRET_KEY = "tests-only-secret-key"
@@ -29,6 +30,9 @@ INSTALLED_APPS = [
     "tests.testapp",
     "dashboards",
 ]
+if django.VERSION < (6, 0):
+    # Django 5.2: Tasks come from the django-tasks backport (the [django52] extra)
+    INSTALLED_APPS.append("django_tasks")
 
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -72,7 +76,8 @@ CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}
 
 # Jobs run at once in the test process; tests that need a real worker switch to the database
 # backend and start `db_worker`.
-TASKS = {"default": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"}}
+_TASKS_PACKAGE = "django.tasks" if django.VERSION >= (6, 0) else "django_tasks"
+TASKS = {"default": {"BACKEND": f"{_TASKS_PACKAGE}.backends.immediate.ImmediateBackend"}}
 # Deliberate here: one process (the in-memory layer even on PostgreSQL), jobs run inline.
 SILENCED_SYSTEM_CHECKS = ["assistant.W002", "assistant.W003"]
 

@@ -279,3 +279,41 @@ def test_on_postgresql_demo_sql_role_can_run_again(postgres_project: Project) ->
     result = postgres_project.run("demo_sql_role")
 
     assert "nor password hashes" in result.stdout
+
+
+def test_the_deactivation_example_deactivates_the_practice_account_only(
+    project: Project, demo_users: str
+) -> None:
+    example = re.search(r'deactivate user user_id=(\d+) reason="left"', demo_users)
+    assert example, demo_users
+    assert example.group(0) in (REPO / "README.md").read_text()  # a fresh database's id
+
+    asked = project.run(
+        "assistant_call", "deactivate_user", f"user_id={example.group(1)}", "--user", "operator"
+    ).stdout
+    action = re.search(r"--confirm (\S+)", asked)
+    assert action, asked
+    done = project.run("assistant_call", "--confirm", action.group(1), "--user", "operator").stdout
+
+    assert "Deactivated leaver." in done
+    passwords = printed_passwords(project.run("demo_users").stdout)
+    assert set(passwords) == DEMO_USERS  # and every sign-in account is still there
+
+
+def test_signing_in_from_the_home_page_lands_on_the_chat(project: Project) -> None:
+    script = (
+        "from django.test import Client\n"
+        "response = Client(HTTP_HOST='127.0.0.1').get('/')\n"
+        "print(response.status_code, response['Location'])\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "manage.py", "shell", "--no-imports", "-c", script],
+        cwd=REPO,
+        env=project.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["302", "/accounts/login/?next=/assistant/"]

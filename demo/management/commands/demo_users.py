@@ -21,6 +21,8 @@ GROUP_PERMISSIONS = {
     ],
     "viewers": ["auth.view_user"],
 }
+# an account nobody signs in with, there to be deactivated in the demo (re-activated on each run)
+PRACTICE_ACCOUNT = "leaver"
 
 
 def _permission(label: str) -> Permission:
@@ -45,3 +47,11 @@ class Command(BaseCommand):
             if group:
                 user.groups.set([Group.objects.get(name=group)])
             self.stdout.write(f"  {username:<9} password: {password}")
+        leaver, _ = User._default_manager.get_or_create(username=PRACTICE_ACCOUNT)
+        leaver.is_staff, leaver.is_superuser, leaver.is_active = False, False, True
+        leaver.set_unusable_password()
+        leaver.save()
+        self.stdout.write(
+            f"Try deactivating {PRACTICE_ACCOUNT} (it cannot sign in): "
+            f'deactivate user user_id={leaver.pk} reason="left"'
+        )

@@ -1,0 +1,89 @@
+"""The version matrix: every supported (Python, Django) pair, each in its own virtualenv.
+
+`nox -l` lists the sessions; `nox -s "tests-3.13(django='5.2')"` runs one. `tests` runs the
+whole suite on SQLite (unless DATABASE_URL is set, as for `make test`), `tests_postgres` on
+PostgreSQL and Redis (DATABASE_URL and REDIS_URL, or the local defaults) with a missing service
+an error, `package` builds the sdist and wheel and checks them with twine.
+A session installs requirements.txt with only its Django version (and what that needs) swapped.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+from pathlib import Path
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.sessions = ["tests", "tests_postgres", "package"]
+# an existing session venv is kept; `pip install -r requirements.txt` still brings it up to date
+nox.options.reuse_venv = "yes"
+
+PYTHONS = ["3.12", "3.13"]
+# what a Django version needs in place of requirements.txt's pins (those are for the newest)
+DJANGO = {
+    "5.2": ["Django==5.2.19", "django-tasks==0.12.0"],
+    "6.0": ["Django==6.0.10"],
+    "6.1": [],
+}
+LOCAL_POSTGRES = "postgres://postgres@127.0.0.1:5432/postgres"
+LOCAL_REDIS = "redis://127.0.0.1:6379/0"
+
+
+def install(session: nox.Session, django: str) -> None:
+    """requirements.txt with this session's Django pins in place of its own, in one resolve.
+
+    One pip call, so a reused virtualenv that already holds exactly this is left alone.
+    """
+    pins = DJANGO[django]
+    replaced = {re.split(r"[=<>\[ ]", pin)[0].lower() for pin in pins}
+    lines = [
+        line
+        for line in Path("requirements.txt").read_text().splitlines()
+        if re.split(r"[=<>\[ ]", line.strip())[0].lower() not in replaced
+    ]
+    requirements = Path(session.create_tmp()) / "requirements.txt"
+    requirements.write_text("\n".join([*lines, *pins]) + "\n")
+    session.install("--disable-pip-version-check", "-q", "-r", str(requirements))
+    session.run("python", "-c", "import django; print('Django', django.get_version())")
+
+
+@nox.session(python=PYTHONS)
+@nox.parametrize("django", list(DJANGO))
+def tests(session: nox.Session, django: str) -> None:
+    """The whole suite, as `make test` runs it: on SQLite unless DATABASE_URL says otherwise."""
+    install(session, django)
+    session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *session.posargs)
+
+
+@nox.session(python=PYTHONS[-1])
+@nox.parametrize("django", list(DJANGO))
+def tests_postgres(session: nox.Session, django: str) -> None:
+    """The suite on PostgreSQL and Redis, with a missing service an error rather than a skip."""
+    install(session, django)
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        *session.posargs,
+        env={
+            "DATABASE_URL": os.environ.get("DATABASE_URL", LOCAL_POSTGRES),
+            "REDIS_URL": os.environ.get("REDIS_URL", LOCAL_REDIS),
+            "ASSISTANT_REQUIRE_SERVICES": "1",
+        },
+    )
+
+
+@nox.session(python=PYTHONS[-1])
+def package(session: nox.Session) -> None:
+    """Build the sdist and the wheel in isolation, as a release would, and check their metadata."""
+    session.install("--disable-pip-version-check", "-q", "build==1.6.1", "twine==7.0.0")
+    shutil.rmtree("dist", ignore_errors=True)
+    session.run("python", "-m", "build", "--outdir", "dist", ".")
+    session.run("twine", "check", "--strict", *glob.glob("dist/*"))
