@@ -17,7 +17,6 @@ from ..models import (
     ValidationRun,
     ValidationTask,
 )
-from ..storable import unstorable
 
 
 class MessageInput(serializers.Serializer[Any]):
@@ -191,14 +190,6 @@ class ValidationTaskInput(serializers.Serializer[Any]):
         required=False, allow_null=True, help_text="seconds between runs, or a cron expression"
     )
     enabled = serializers.BooleanField(required=False, default=True)
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        # These JSON fields are stored as given: refuse what no column can store.
-        for field in ("rules", "target_filter", "schedule"):
-            problem = unstorable(attrs.get(field))
-            if problem is not None:
-                raise serializers.ValidationError({field: f"The value {problem}."})
-        return attrs
 
 
 class ValidationTaskSerializer(serializers.ModelSerializer[ValidationTask]):
