@@ -20,7 +20,7 @@ from rest_framework.authentication import BaseAuthentication, SessionAuthenticat
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.pagination import CursorPagination, PageNumberPagination
 from rest_framework.parsers import JSONParser
-from rest_framework.permissions import IsAuthenticated
+from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -351,8 +351,23 @@ class StaffConversationListView(StaffView):
         return paginator.get_paginated_response(StaffConversationSerializer(page, many=True).data)
 
 
+class IsConversationDeleter(BasePermission):
+    """Staff holding ``assistant.delete_conversation``: reading the audit is not leave to erase."""
+
+    message = "Staff with the permission to delete conversations only."
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        user = request.user
+        return bool(user.is_staff and user.has_perm("assistant.delete_conversation"))
+
+
 class StaffConversationDetailView(StaffView):
-    @extend_schema(summary="Delete any conversation (staff)", responses={204: None})
+    permission_classes = [IsAuthenticated, IsConversationDeleter]
+
+    @extend_schema(
+        summary="Delete any user's conversation (staff with assistant.delete_conversation)",
+        responses={204: None},
+    )
     def delete(self, request: Request, conversation_id: str) -> Response:
         self.staff_conversation(conversation_id).delete()
         return Response(status=status.HTTP_204_NO_CONTENT)
