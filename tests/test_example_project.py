@@ -149,3 +149,119 @@ def test_the_inventory_refuses_an_unknown_user(project: Project) -> None:
 
     assert result.returncode == 1
     assert "No user named 'nobody'" in result.stderr
+
+
+TAKEOVER_SCRIPT = """
+import json
+from django.contrib.auth import get_user_model
+from assistant.confirmation import confirm_action
+from assistant.dispatch import dispatch
+
+User = get_user_model()
+admin = User.objects.get(username="admin")
+operator = User.objects.get(username="operator")
+other_root = User.objects.filter(username="root2").first() or User.objects.create_superuser(
+    "root2", "root2@example.com", "root2-first-password"
+)
+plain = User.objects.get_or_create(username="someone", defaults={"is_active": True})[0]
+
+
+def run(actor, operation, entities):
+    proposed = dispatch(operation, entities, user=actor)
+    decided = confirm_action(proposed.pending_action.pk, user=actor) if proposed.pending_action else proposed
+    return [proposed.decision, decided.decision, decided.error.code if decided.error else None]
+
+
+before = User.objects.get(pk=admin.pk).password
+out = {
+    "operator sets the superuser's password": run(
+        operator, "set_password", {"user_id": admin.pk, "new_password": "Taken-0ver-now"}
+    ),
+    "operator deactivates the superuser": run(operator, "deactivate_user", {"user_id": admin.pk}),
+    "operator sets a plain user's password": run(
+        operator, "set_password", {"user_id": plain.pk, "new_password": "Plain-new-password"}
+    ),
+    "admin sets another superuser's password": run(
+        admin, "set_password", {"user_id": other_root.pk, "new_password": "Root2-new-password"}
+    ),
+}
+admin.refresh_from_db()
+out["the superuser is untouched"] = [admin.is_active, admin.password == before]
+out["the other superuser's password changed"] = User.objects.get(pk=other_root.pk).check_password(
+    "Root2-new-password"
+)
+print(json.dumps(out))
+"""
+
+
+def test_the_operator_role_cannot_take_over_or_lock_out_the_superuser(
+    project: Project, demo_users: str
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "manage.py", "shell", "--no-imports", "-c", TAKEOVER_SCRIPT],
+        cwd=REPO,
+        env=project.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    refused = ["confirmation_requested", "denied", "permission_denied"]
+    assert out["operator sets the superuser's password"] == refused
+    assert out["operator deactivates the superuser"] == refused
+    assert out["the superuser is untouched"] == [True, True]
+    assert out["operator sets a plain user's password"] == [
+        "confirmation_requested",
+        "confirmed",
+        None,
+    ]
+    assert out["admin sets another superuser's password"] == [
+        "confirmation_requested",
+        "confirmed",
+        None,
+    ]
+    assert out["the other superuser's password changed"] is True
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cancel_stops_the_user_report_in_its_pause_not_after_it(
+    settings: Any, django_user_model: Any
+) -> None:
+    import threading
+    import time
+
+    from django.db import connections
+
+    from assistant.jobs import cancel_job, execute_job
+    from assistant.models import Job
+
+    settings.ASSISTANT = {**settings.ASSISTANT, "JOB_HEARTBEAT": 0.05}
+    owner = django_user_model.objects.create_user("owner", password="pw")
+    job = Job.objects.create(
+        operation="user_report",
+        function="demo.jobs.build_user_report",
+        kwargs={"pause": 60},
+        user=owner,
+    )
+
+    def work() -> None:  # a worker running the job, on connections of its own
+        try:
+            execute_job(str(job.pk))
+        finally:
+            connections.close_all()
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    deadline = time.monotonic() + 5
+    while Job.objects.get(pk=job.pk).progress < 100 and time.monotonic() < deadline:
+        time.sleep(0.02)  # the only account is checked, the 60 s pause begins
+    asked = time.monotonic()
+    cancel_job(owner, job.pk)
+    worker.join(timeout=5)
+
+    assert not worker.is_alive(), "the job still sleeps after Cancel"
+    assert time.monotonic() - asked < 2
+    job.refresh_from_db()
+    assert (job.status, job.error) == ("cancelled", "Cancelled by the user.")
