@@ -265,3 +265,42 @@ def test_cancel_stops_the_user_report_in_its_pause_not_after_it(
     assert time.monotonic() - asked < 2
     job.refresh_from_db()
     assert (job.status, job.error) == ("cancelled", "Cancelled by the user.")
+
+
+def readme_production_environment() -> dict[str, str]:
+    """The ``export NAME=value`` lines of the README's production section, a fresh key included."""
+    import secrets
+
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Running in production", 1)[1].split("\n## ", 1)[0]
+    exported = dict(re.findall(r"^\s*export (\w+)=(\S+)", section, re.MULTILINE))
+    assert exported.pop("DJANGO_SECRET_KEY").startswith('"$(python')
+    return {**exported, "DJANGO_SECRET_KEY": secrets.token_urlsafe(50)}
+
+
+def test_check_deploy_is_clean_with_the_production_environment_the_readme_gives(
+    project: Project,
+) -> None:
+    environment = readme_production_environment()
+    assert {"DJANGO_DEBUG", "DJANGO_ALLOWED_HOSTS", "DJANGO_HTTPS"} <= set(environment)
+    project.env.update(environment)
+    try:
+        result = project.run("check", "--deploy", "--fail-level", "WARNING", check=False)
+    finally:
+        for name in environment:
+            del project.env[name]
+
+    assert result.returncode == 0, result.stderr
+    assert "System check identified no issues (0 silenced)." in result.stdout
+
+
+def test_with_debug_off_and_no_secret_key_the_project_refuses_to_start(project: Project) -> None:
+    project.env["DJANGO_DEBUG"] = "0"
+    try:
+        result = project.run("check", check=False)
+    finally:
+        del project.env["DJANGO_DEBUG"]
+
+    assert result.returncode != 0
+    assert "ImproperlyConfigured: DJANGO_SECRET_KEY is not set." in result.stderr
+    assert "refuses to start on the key in its repository" in result.stderr
