@@ -114,6 +114,10 @@ class StaffConversationSerializer(ConversationSerializer):
         fields = [*ConversationSerializer.Meta.fields, "user", "username"]
 
 
+class DeletedSerializer(serializers.Serializer[Any]):
+    deleted = serializers.IntegerField(help_text="how many conversations were deleted")
+
+
 class StaffConversationHistorySerializer(serializers.Serializer[Any]):
     conversation = StaffConversationSerializer()
     messages = MessageSerializer(many=True)

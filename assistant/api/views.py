@@ -41,6 +41,7 @@ from .serializers import (
     AuditEntrySerializer,
     ConversationDetailSerializer,
     ConversationSerializer,
+    DeletedSerializer,
     DispatchInput,
     ErrorSerializer,
     JobSerializer,
@@ -341,7 +342,11 @@ class ConversationListView(AssistantAPIView):
         conversations = _with_counts(Conversation.objects.filter(user_id=owner_id(request)))
         return self.paginated(conversations, ConversationSerializer)
 
-    @extend_schema(summary="Delete all your conversations", responses={200: None})
+    @extend_schema(
+        summary="Delete all your conversations",
+        operation_id="conversations_destroy_all",
+        responses={200: DeletedSerializer},
+    )
     def delete(self, request: Request) -> Response:
         deleted = Conversation.objects.filter(user_id=owner_id(request)).delete()[1]
         return Response({"deleted": deleted.get(Conversation._meta.label, 0)})
