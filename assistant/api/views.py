@@ -163,19 +163,6 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     )
 
 
-class PagePagination(PageNumberPagination):
-    page_size = 50
-    page_size_query_param = "page_size"
-    max_page_size = 200
-
-
-class AuditCursorPagination(CursorPagination):
-    ordering = "-id"
-    page_size = 100
-    page_size_query_param = "page_size"
-    max_page_size = 1000
-
-
 class AssistantThrottle(UserRateThrottle):
     scope = "assistant"
 
@@ -193,7 +180,7 @@ class AssistantAPIView(APIView):
     content_negotiation_class = DefaultContentNegotiation
     versioning_class = None
     schema = AssistantAutoSchema()
-    pagination_class: type[BasePagination] = PagePagination  # list views page with it
+    pagination_class: type[BasePagination]  # list views say how they page (and the schema shows it)
 
     def paginated(self, rows: Any, serializer: type[BaseSerializer[Any]]) -> Response:
         """One page of ``rows`` in this view's pagination envelope."""
@@ -226,6 +213,19 @@ class AssistantAPIView(APIView):
 
 def owner_id(request: Request) -> Any:
     return request.user.pk
+
+
+class PagePagination(PageNumberPagination):
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 200
+
+
+class AuditCursorPagination(CursorPagination):
+    ordering = "-id"
+    page_size = 100
+    page_size_query_param = "page_size"
+    max_page_size = 1000
 
 
 class ToolsView(AssistantAPIView):
@@ -294,6 +294,8 @@ class DispatchView(AssistantAPIView):
 
 
 class ActionListView(AssistantAPIView):
+    pagination_class = PagePagination
+
     @extend_schema(
         summary="Your pending actions",
         parameters=[OpenApiParameter("status", str, enum=list(PendingAction.Status.values))],
@@ -337,6 +339,8 @@ def _with_counts(conversations: QuerySet[Conversation]) -> QuerySet[Conversation
 
 
 class ConversationListView(AssistantAPIView):
+    pagination_class = PagePagination
+
     @extend_schema(summary="Your conversations", responses=ConversationSerializer(many=True))
     def get(self, request: Request) -> Response:
         conversations = _with_counts(Conversation.objects.filter(user_id=owner_id(request)))
@@ -386,6 +390,8 @@ class StaffView(AssistantAPIView):
 
 
 class StaffConversationListView(StaffView):
+    pagination_class = PagePagination
+
     @extend_schema(
         summary="Every user's conversations (staff)",
         parameters=[OpenApiParameter("user", str, description="user id or username")],
@@ -491,6 +497,8 @@ class AuditListView(StaffView):
 
 
 class JobListView(AssistantAPIView):
+    pagination_class = PagePagination
+
     @extend_schema(
         summary="Your background jobs (staff with assistant.view_job: everyone's with ?all=1)",
         parameters=[
@@ -539,6 +547,8 @@ def _tasks_for(user: Any, perm: str = "view") -> QuerySet[ValidationTask]:
 
 
 class ValidationTaskListView(AssistantAPIView):
+    pagination_class = PagePagination
+
     @extend_schema(
         summary="Validation tasks you may see", responses=ValidationTaskSerializer(many=True)
     )
@@ -600,6 +610,8 @@ class ValidationTaskRunView(AssistantAPIView):
 
 
 class ValidationRunListView(AssistantAPIView):
+    pagination_class = PagePagination
+
     @extend_schema(
         summary="Runs of the validation tasks you may see, newest first",
         parameters=[OpenApiParameter("task", int)],
