@@ -14,6 +14,8 @@ UNKNOWN_PATHS = [
     f"{API}/actions/not-a-uuid/confirm/",
     f"{API}/validation-tasks/abc/run/",
     f"{API}/jobs/x/cancel",
+    f"{API}/admin/conversations/%F3%90%93%B8%0A/",  # a newline in the path
+    f"{API}/%0A",
 ]
 
 

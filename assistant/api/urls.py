@@ -93,5 +93,5 @@ class SchemaView(SpectacularAPIView):
 urlpatterns = [
     *schema_patterns,
     path("schema/", SchemaView.as_view(), name="schema"),
-    re_path(r"^.*$", not_found),
+    re_path(r"^[\s\S]*$", not_found),  # any path, a newline in it too ("." stops at one)
 ]
