@@ -9,6 +9,7 @@ beating is marked failed by the reaper.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import os
@@ -21,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 from django import db
+from django.apps import apps
+from django.core.exceptions import ValidationError
 from django.db import close_old_connections, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
@@ -235,10 +238,34 @@ def reap_stale_jobs(*, stale_after: float | None = None, dry_run: bool = False) 
         )
         if updated:
             job.refresh_from_db()
+            _fail_task_result(job)
             announce_completion(job)
             reaped.append(job)
             logger.warning("Reaped stale job %s (%s)", job.pk, job.worker)
     return reaped
+
+
+class WorkerLost(RuntimeError):
+    """How a reaped job's task row names its end: the worker went silent."""
+
+
+def _fail_task_result(job: Job) -> None:
+    """End django-tasks-db's own row of a reaped job too, so its admin no longer shows it running."""
+    try:
+        results = apps.get_model("django_tasks_database", "DBTaskResult")
+    except LookupError:  # another task backend: it keeps no row of its own here
+        return
+    if not job.task_result_id:
+        return
+    with contextlib.suppress(ValidationError, ValueError):
+        results._default_manager.filter(
+            pk=job.task_result_id, status__in=["READY", "RUNNING"]
+        ).update(
+            status="FAILED",
+            finished_at=job.finished_at,
+            exception_class_path=f"{WorkerLost.__module__}.{WorkerLost.__qualname__}",
+            traceback=job.error,
+        )
 
 
 def job_event(job: Job) -> dict[str, Any]:

@@ -67,6 +67,9 @@ class RuleRegistry:
             raise ToolDefinitionError(f"validation rule {rule.name!r} is already registered")
         self._rules[rule.name] = rule
 
+    def unregister(self, name: str) -> None:
+        self._rules.pop(name, None)
+
     def get(self, name: str) -> ValidationRule:
         try:
             return self._rules[name]

@@ -10,10 +10,27 @@ from django.urls import reverse
 
 from .conf import assistant_settings
 
+# Scripts and styles from this origin only (no inline script, no eval), nothing framed, posted or
+# fetched elsewhere: text a tool echoes into the page can never run. 'self' covers the same-origin
+# websocket in current browsers; the data: image is the page's empty favicon.
+CHAT_CONTENT_SECURITY_POLICY = "; ".join(
+    [
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "img-src 'self' data:",
+        "connect-src 'self'",
+        "object-src 'none'",
+        "base-uri 'none'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+    ]
+)
+
 
 @login_required  # signed-out users go to settings.LOGIN_URL ("assistant:login" works anywhere)
 def chat(request: HttpRequest) -> HttpResponse:
-    return render(
+    response = render(
         request,
         "assistant/chat.html",
         {
@@ -21,6 +38,8 @@ def chat(request: HttpRequest) -> HttpResponse:
             "max_length": assistant_settings.MAX_MESSAGE_LENGTH,
         },
     )
+    response.headers["Content-Security-Policy"] = CHAT_CONTENT_SECURITY_POLICY
+    return response
 
 
 class LoginView(auth_views.LoginView):

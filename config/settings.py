@@ -5,16 +5,38 @@ from pathlib import Path
 
 import dj_database_url
 import django
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "insecure-example-key-change-me-in-production")
 DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG:
+        # the fallback below is in the repository: anyone could sign sessions and tokens with it
+        raise ImproperlyConfigured(
+            "DJANGO_SECRET_KEY is not set. With DJANGO_DEBUG=0 the example project refuses to "
+            "start on the key in its repository: set DJANGO_SECRET_KEY to a long random value "
+            "(python -c 'import secrets; print(secrets.token_urlsafe(50))')."
+        )
+    SECRET_KEY = "insecure-example-key-for-development-only"
 ALLOWED_HOSTS = [
     host.strip()
     for host in os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost").split(",")
     if host.strip()
 ]
+
+# Behind HTTPS (DJANGO_HTTPS=1): secure cookies, HTTP redirected to HTTPS, and the TLS-terminating
+# proxy's X-Forwarded-Proto trusted (it must set that header itself and drop a client's).
+HTTPS = os.environ.get("DJANGO_HTTPS", "0") == "1"
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = SECURE_SSL_REDIRECT = HTTPS
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if HTTPS else None
+# HSTS is hard to take back (browsers remember it, the preload list for months): opt in with
+# DJANGO_HSTS_SECONDS, and DJANGO_HSTS_PRELOAD=1 only for a domain whose subdomains are all HTTPS.
+SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_HSTS_SECONDS", "0"))
+SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_PRELOAD = (
+    os.environ.get("DJANGO_HSTS_PRELOAD", "0") == "1"
+)
 
 INSTALLED_APPS = [
     "daphne",

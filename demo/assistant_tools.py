@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db.models import Q
 
 from assistant import Length, Range, ToolCall, ToolResult, assistant_tool, register_toolset
+from assistant.exceptions import PermissionDenied
 from assistant.toolsets.sql import SQLInspector
 
 from .jobs import build_user_report
@@ -67,6 +68,12 @@ def list_users(
     return ToolResult(text=f"{len(rows)} users:\n" + "\n".join(lines), data=rows)
 
 
+def _refuse_taking_over_a_superuser(call: ToolCall, account: Any, what: str) -> None:
+    """Only a superuser may lock out or take over a superuser: change_user is not enough."""
+    if account.is_superuser and not call.user.is_superuser:  # type: ignore[union-attr]
+        raise PermissionDenied(f"Only a superuser may {what} a superuser.")
+
+
 @assistant_tool(
     operation="deactivate_user",
     domain="users",
@@ -85,6 +92,7 @@ def deactivate_user(
     account = call.instance
     if account.pk == call.user.pk:
         return ToolResult(text="You cannot deactivate your own account.")
+    _refuse_taking_over_a_superuser(call, account, "deactivate")
     account.is_active = False
     account.save(update_fields=["is_active"])
     return ToolResult(
@@ -110,6 +118,7 @@ def set_password(
     new_password: Annotated[str, "the new password", Length(min=1, max=1024)],
 ) -> ToolResult:
     account = call.instance
+    _refuse_taking_over_a_superuser(call, account, "set the password of")
     account.set_password(new_password)
     account.save(update_fields=["password"])
     return ToolResult(text=f"Password changed for {account.get_username()}.")

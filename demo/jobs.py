@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import time
-
 from django.conf import settings
 from django.contrib.auth import get_user_model
 
 from assistant.jobs import JobContext
+from assistant.lifecycle import Cancelled
 
 
 def build_user_report(job: JobContext, pause: float = 0.5) -> str:
@@ -19,5 +18,6 @@ def build_user_report(job: JobContext, pause: float = 0.5) -> str:
         active += user.is_active
         staff += user.is_staff
         job.report(100 * index / max(len(users), 1), f"checked {user.get_username()}")
-        time.sleep(pause)
+        if job.cancel.wait(pause):  # a Cancel ends the pause at once, not after it
+            raise Cancelled("The user report was cancelled.")
     return f"{len(users)} accounts: {active} active, {staff} staff."

@@ -19,10 +19,8 @@ STAFF_GETS = [
     f"/admin/conversations/{uuid.UUID(int=1)}/history/",
     "/admin/audit/",
 ]
-STAFF_ENDPOINTS = [
-    *(("get", path) for path in STAFF_GETS),
-    ("delete", f"/admin/conversations/{uuid.UUID(int=1)}/"),
-]
+STAFF_DELETE = f"/admin/conversations/{uuid.UUID(int=1)}/"
+STAFF_ENDPOINTS = [*(("get", path) for path in STAFF_GETS), ("delete", STAFF_DELETE)]
 
 
 def client_for(user: Any) -> APIClient:
@@ -40,6 +38,12 @@ def auditor(make_user: Callable[..., Any]) -> Any:
 @pytest.fixture
 def auditors(auditor: Any) -> APIClient:
     return client_for(auditor)
+
+
+@pytest.fixture
+def erasers(make_user: Callable[..., Any]) -> APIClient:
+    """Staff who may delete any conversation (``assistant.delete_conversation``)."""
+    return client_for(make_user("eraser", "assistant.delete_conversation", is_staff=True))
 
 
 def conversation_of(user: Any, *texts: str) -> Conversation:
@@ -165,13 +169,13 @@ def test_staff_conversations_are_most_recent_first(
 
 
 @pytest.mark.django_db
-def test_staff_delete_any_conversation_and_its_messages(
-    auditors: APIClient, plain_user: Any
+def test_staff_with_the_delete_permission_delete_any_conversation_and_its_messages(
+    erasers: APIClient, plain_user: Any
 ) -> None:
     conversation = conversation_of(plain_user, "ping", "pong")
     dispatch("ping", user=plain_user, conversation=conversation)
 
-    response = auditors.delete(f"{API}/admin/conversations/{conversation.pk}/")
+    response = erasers.delete(f"{API}/admin/conversations/{conversation.pk}/")
 
     assert response.status_code == 204
     assert not Conversation.objects.filter(pk=conversation.pk).exists()
@@ -181,11 +185,54 @@ def test_staff_delete_any_conversation_and_its_messages(
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("method", ["delete", "get"])
-def test_staff_conversation_that_does_not_exist_is_404(auditors: APIClient, method: str) -> None:
-    suffix = "" if method == "delete" else "history/"
+def test_reading_the_audit_is_not_leave_to_delete_another_users_conversation(
+    auditors: APIClient, plain_user: Any
+) -> None:
+    conversation = conversation_of(plain_user, "ping", "pong")
 
-    response = getattr(auditors, method)(f"{API}/admin/conversations/{uuid.uuid4()}/{suffix}")
+    response = auditors.delete(f"{API}/admin/conversations/{conversation.pk}/")
+
+    assert response.status_code == 403
+    assert response.json()["code"] == "permission_denied"
+    assert Message.objects.filter(conversation=conversation).count() == 2
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("holder", ["the delete permission without staff", "staff without it"])
+def test_deleting_another_users_conversation_needs_staff_and_the_delete_permission(
+    make_user: Callable[..., Any], plain_user: Any, holder: str
+) -> None:
+    conversation = conversation_of(plain_user, "ping")
+    if holder == "staff without it":
+        user = make_user("staff", "assistant.view_auditentry", is_staff=True)
+    else:
+        user = make_user("deleter", "assistant.delete_conversation")
+
+    response = client_for(user).delete(f"{API}/admin/conversations/{conversation.pk}/")
+
+    assert response.status_code == 403
+    assert Conversation.objects.filter(pk=conversation.pk).exists()
+
+
+@pytest.mark.django_db
+def test_a_superuser_may_delete_any_conversation(superuser: Any, plain_user: Any) -> None:
+    conversation = conversation_of(plain_user, "ping")
+
+    response = client_for(superuser).delete(f"{API}/admin/conversations/{conversation.pk}/")
+
+    assert response.status_code == 204
+    assert not Conversation.objects.filter(pk=conversation.pk).exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("method", ["delete", "get"])
+def test_staff_conversation_that_does_not_exist_is_404(
+    auditors: APIClient, erasers: APIClient, method: str
+) -> None:
+    suffix = "" if method == "delete" else "history/"
+    client = erasers if method == "delete" else auditors
+
+    response = getattr(client, method)(f"{API}/admin/conversations/{uuid.uuid4()}/{suffix}")
 
     assert response.status_code == 404
     assert response.json()["code"] == "not_found"

@@ -317,3 +317,158 @@ def test_signing_in_from_the_home_page_lands_on_the_chat(project: Project) -> No
 
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["302", "/accounts/login/?next=/assistant/"]
+
+
+TAKEOVER_SCRIPT = """
+import json
+from django.contrib.auth import get_user_model
+from assistant.confirmation import confirm_action
+from assistant.dispatch import dispatch
+
+User = get_user_model()
+admin = User.objects.get(username="admin")
+operator = User.objects.get(username="operator")
+other_root = User.objects.filter(username="root2").first() or User.objects.create_superuser(
+    "root2", "root2@example.com", "root2-first-password"
+)
+plain = User.objects.get_or_create(username="someone", defaults={"is_active": True})[0]
+
+
+def run(actor, operation, entities):
+    proposed = dispatch(operation, entities, user=actor)
+    decided = confirm_action(proposed.pending_action.pk, user=actor) if proposed.pending_action else proposed
+    return [proposed.decision, decided.decision, decided.error.code if decided.error else None]
+
+
+before = User.objects.get(pk=admin.pk).password
+out = {
+    "operator sets the superuser's password": run(
+        operator, "set_password", {"user_id": admin.pk, "new_password": "Taken-0ver-now"}
+    ),
+    "operator deactivates the superuser": run(operator, "deactivate_user", {"user_id": admin.pk}),
+    "operator sets a plain user's password": run(
+        operator, "set_password", {"user_id": plain.pk, "new_password": "Plain-new-password"}
+    ),
+    "admin sets another superuser's password": run(
+        admin, "set_password", {"user_id": other_root.pk, "new_password": "Root2-new-password"}
+    ),
+}
+admin.refresh_from_db()
+out["the superuser is untouched"] = [admin.is_active, admin.password == before]
+out["the other superuser's password changed"] = User.objects.get(pk=other_root.pk).check_password(
+    "Root2-new-password"
+)
+print(json.dumps(out))
+"""
+
+
+def test_the_operator_role_cannot_take_over_or_lock_out_the_superuser(
+    project: Project, demo_users: str
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "manage.py", "shell", "--no-imports", "-c", TAKEOVER_SCRIPT],
+        cwd=REPO,
+        env=project.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    refused = ["confirmation_requested", "denied", "permission_denied"]
+    assert out["operator sets the superuser's password"] == refused
+    assert out["operator deactivates the superuser"] == refused
+    assert out["the superuser is untouched"] == [True, True]
+    assert out["operator sets a plain user's password"] == [
+        "confirmation_requested",
+        "confirmed",
+        None,
+    ]
+    assert out["admin sets another superuser's password"] == [
+        "confirmation_requested",
+        "confirmed",
+        None,
+    ]
+    assert out["the other superuser's password changed"] is True
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cancel_stops_the_user_report_in_its_pause_not_after_it(
+    settings: Any, django_user_model: Any
+) -> None:
+    import threading
+    import time
+
+    from django.db import connections
+
+    from assistant.jobs import cancel_job, execute_job
+    from assistant.models import Job
+
+    settings.ASSISTANT = {**settings.ASSISTANT, "JOB_HEARTBEAT": 0.05}
+    owner = django_user_model.objects.create_user("owner", password="pw")
+    job = Job.objects.create(
+        operation="user_report",
+        function="demo.jobs.build_user_report",
+        kwargs={"pause": 60},
+        user=owner,
+    )
+
+    def work() -> None:  # a worker running the job, on connections of its own
+        try:
+            execute_job(str(job.pk))
+        finally:
+            connections.close_all()
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    deadline = time.monotonic() + 5
+    while Job.objects.get(pk=job.pk).progress < 100 and time.monotonic() < deadline:
+        time.sleep(0.02)  # the only account is checked, the 60 s pause begins
+    asked = time.monotonic()
+    cancel_job(owner, job.pk)
+    worker.join(timeout=5)
+
+    assert not worker.is_alive(), "the job still sleeps after Cancel"
+    assert time.monotonic() - asked < 2
+    job.refresh_from_db()
+    assert (job.status, job.error) == ("cancelled", "Cancelled by the user.")
+
+
+def readme_production_environment() -> dict[str, str]:
+    """The ``export NAME=value`` lines of the README's production section, a fresh key included."""
+    import secrets
+
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Running in production", 1)[1].split("\n## ", 1)[0]
+    exported = dict(re.findall(r"^\s*export (\w+)=(\S+)", section, re.MULTILINE))
+    assert exported.pop("DJANGO_SECRET_KEY").startswith('"$(python')
+    return {**exported, "DJANGO_SECRET_KEY": secrets.token_urlsafe(50)}
+
+
+def test_check_deploy_is_clean_with_the_production_environment_the_readme_gives(
+    project: Project,
+) -> None:
+    environment = readme_production_environment()
+    assert {"DJANGO_DEBUG", "DJANGO_ALLOWED_HOSTS", "DJANGO_HTTPS"} <= set(environment)
+    project.env.update(environment)
+    try:
+        result = project.run("check", "--deploy", "--fail-level", "WARNING", check=False)
+    finally:
+        for name in environment:
+            del project.env[name]
+
+    assert result.returncode == 0, result.stderr
+    assert "System check identified no issues (0 silenced)." in result.stdout
+
+
+def test_with_debug_off_and_no_secret_key_the_project_refuses_to_start(project: Project) -> None:
+    project.env["DJANGO_DEBUG"] = "0"
+    try:
+        result = project.run("check", check=False)
+    finally:
+        del project.env["DJANGO_DEBUG"]
+
+    assert result.returncode != 0
+    assert "ImproperlyConfigured: DJANGO_SECRET_KEY is not set." in result.stderr
+    assert "refuses to start on the key in its repository" in result.stderr

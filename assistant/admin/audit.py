@@ -325,8 +325,18 @@ def render_csv(rows: list[dict[str, Any]], first: bool) -> str:
     for row in rows:
         row["created_at"] = row["created_at"].isoformat()
         row["entities"] = json.dumps(row["entities"], sort_keys=True)
-        lines.append(writer.writerow([row[name] for name in EXPORT_FIELDS]))
+        lines.append(writer.writerow([_inert(row[name]) for name in EXPORT_FIELDS]))
     return "".join(lines)
+
+
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _inert(value: Any) -> Any:
+    """A text cell a spreadsheet would read as a formula, quoted so it stays text (OWASP)."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
 
 
 def render_jsonl(rows: list[dict[str, Any]], first: bool) -> str:

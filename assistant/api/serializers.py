@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.utils import PolymorphicProxySerializer
 from rest_framework import serializers
 
 from ..dispatch import Outcome, redacted
@@ -37,6 +38,38 @@ class ToolSerializer(serializers.Serializer[Any]):
     risk_level = serializers.CharField()
     requires_confirmation = serializers.BooleanField()
     parameters = serializers.DictField()
+
+
+class OpenAIFunctionSerializer(serializers.Serializer[Any]):
+    name = serializers.CharField()
+    description = serializers.CharField()
+    parameters = serializers.DictField()
+
+
+class OpenAIToolSerializer(serializers.Serializer[Any]):
+    """One tool as OpenAI's function calling takes it (``?style=openai``)."""
+
+    type = serializers.ChoiceField(choices=["function"])
+    function = OpenAIFunctionSerializer()
+
+
+class AnthropicToolSerializer(serializers.Serializer[Any]):
+    """One tool as Anthropic's tool use takes it (``?style=anthropic``)."""
+
+    name = serializers.CharField()
+    description = serializers.CharField()
+    input_schema = serializers.DictField()
+
+
+class ToolCatalogSerializer(serializers.Serializer[Any]):
+    tools = serializers.ListField(
+        child=PolymorphicProxySerializer(
+            component_name="CatalogTool",
+            serializers=[ToolSerializer, OpenAIToolSerializer, AnthropicToolSerializer],
+            resource_type_field_name=None,
+        ),
+        help_text="inventory rows, or the LLM tool format ?style= asks for",
+    )
 
 
 class PendingActionSerializer(serializers.ModelSerializer[PendingAction]):
@@ -93,6 +126,15 @@ class StaffConversationSerializer(ConversationSerializer):
         fields = [*ConversationSerializer.Meta.fields, "user", "username"]
 
 
+class DeletedSerializer(serializers.Serializer[Any]):
+    deleted = serializers.IntegerField(help_text="how many conversations were deleted")
+
+
+class StaffConversationHistorySerializer(serializers.Serializer[Any]):
+    conversation = StaffConversationSerializer()
+    messages = MessageSerializer(many=True)
+
+
 class ConversationDetailSerializer(ConversationSerializer):
     messages = MessageSerializer(many=True, read_only=True)
 
@@ -133,7 +175,7 @@ class OutcomeSerializer(serializers.Serializer[Outcome]):
     task_id = serializers.CharField(allow_null=True, source="result.task_id", default=None)
     actions = serializers.ListField(source="result.actions", default=list)
     data = serializers.JSONField(source="result.data", default=None)  # type: ignore[assignment]
-    errors = serializers.DictField(source="error.errors", default=None)  # type: ignore[assignment]
+    errors = serializers.DictField(source="error.errors", default=None, allow_null=True)  # type: ignore[assignment]
     pending_action = PendingActionSerializer(allow_null=True)
     audit_id = serializers.IntegerField(allow_null=True)
     duration_ms = serializers.FloatField()
@@ -149,9 +191,17 @@ class TurnSerializer(serializers.Serializer[Any]):
 
 
 class ErrorSerializer(serializers.Serializer[Any]):
+    """Every error body: a stable ``code``, a sentence, and per-field ``errors`` when known."""
+
     code = serializers.CharField()
     detail = serializers.CharField()
-    errors = serializers.DictField(required=False)  # type: ignore[assignment]
+    errors = serializers.JSONField(required=False, allow_null=True)  # type: ignore[assignment]
+
+
+class OutcomeErrorSerializer(OutcomeSerializer):
+    """A refused or failed tool call: the outcome, with the error's ``code`` and ``detail``."""
+
+    detail = serializers.CharField()
 
 
 class JobSerializer(serializers.ModelSerializer[Job]):

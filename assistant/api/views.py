@@ -18,12 +18,13 @@ from drf_spectacular.utils import extend_schema as spectacular_extend_schema
 from rest_framework import exceptions, status
 from rest_framework.authentication import BaseAuthentication, SessionAuthentication
 from rest_framework.negotiation import DefaultContentNegotiation
-from rest_framework.pagination import CursorPagination, PageNumberPagination
+from rest_framework.pagination import BasePagination, CursorPagination, PageNumberPagination
 from rest_framework.parsers import JSONParser
-from rest_framework.permissions import IsAuthenticated
+from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.serializers import BaseSerializer
 from rest_framework.throttling import UserRateThrottle
 from rest_framework.views import APIView
 
@@ -40,14 +41,18 @@ from .serializers import (
     AuditEntrySerializer,
     ConversationDetailSerializer,
     ConversationSerializer,
+    DeletedSerializer,
     DispatchInput,
     ErrorSerializer,
     JobSerializer,
     MessageInput,
     MessageSerializer,
+    OutcomeErrorSerializer,
     OutcomeSerializer,
     PendingActionSerializer,
+    StaffConversationHistorySerializer,
     StaffConversationSerializer,
+    ToolCatalogSerializer,
     ToolSerializer,
     TurnSerializer,
     ValidationRunSerializer,
@@ -69,14 +74,50 @@ class BrowserSessionScheme(SessionScheme):  # type: ignore[no-untyped-call]
     target_class = "assistant.api.views.BrowserSessionAuthentication"
 
 
+ERROR_RESPONSES = {
+    "400": "The request is not valid (`errors` names the fields)",
+    "401": "Not signed in: no, or a bad, token or session",
+    "403": "Refused: a missing permission, or a session request without its CSRF token",
+    "404": "No such object of yours (or no such page)",
+    "429": "Too many requests: wait `Retry-After` seconds",
+}
+
+
+class AssistantAutoSchema(AutoSchema):
+    """Documents, besides each operation's own answers, the error bodies every view may send."""
+
+    def _get_response_bodies(self, direction: Any = "response") -> dict[str, Any]:
+        responses: dict[str, Any] = super()._get_response_bodies(direction)
+        for code, description in ERROR_RESPONSES.items():
+            if code == "400" and not self.takes_input():
+                continue
+            if code not in responses:
+                response = self._get_response_for_code(  # type: ignore[no-untyped-call]
+                    ErrorSerializer, code, direction=direction
+                )
+                responses[code] = {**response, "description": description}
+        return responses
+
+    def takes_input(self) -> bool:
+        return self.method in ("POST", "PUT", "PATCH") or bool(self.get_override_parameters())
+
+
 def extend_schema(**kwargs: Any) -> Any:
     """drf-spectacular's ``extend_schema`` on our own AutoSchema, whatever the host's default."""
 
     def decorator(method: Any) -> Any:
-        method.schema = AutoSchema
+        method.schema = AssistantAutoSchema
         return spectacular_extend_schema(**kwargs)(method)
 
     return decorator
+
+
+# A tool call answers with its outcome; refused, the outcome carries code and detail too (its
+# 400/403/404 share the plain error body's fields).
+OUTCOME_RESPONSES = {
+    200: OutcomeSerializer,
+    **{status: OutcomeErrorSerializer for status in (409, 410, 503, 504)},
+}
 
 
 def error_body(code: str, detail: Any, errors: Any = None) -> dict[str, Any]:
@@ -138,7 +179,14 @@ class AssistantAPIView(APIView):
     parser_classes = [JSONParser]
     content_negotiation_class = DefaultContentNegotiation
     versioning_class = None
-    schema = AutoSchema()
+    schema = AssistantAutoSchema()
+    pagination_class: type[BasePagination]  # list views say how they page (and the schema shows it)
+
+    def paginated(self, rows: Any, serializer: type[BaseSerializer[Any]]) -> Response:
+        """One page of ``rows`` in this view's pagination envelope."""
+        paginator = self.pagination_class()
+        page: Any = paginator.paginate_queryset(rows, self.request, view=self)
+        return paginator.get_paginated_response(serializer(page, many=True).data)
 
     def get_authenticators(self) -> list[BaseAuthentication]:
         authenticators: list[BaseAuthentication] = []
@@ -198,7 +246,7 @@ class ToolsView(AssistantAPIView):
                 description="inventory (default), or an LLM tool format",
             )
         ],
-        responses=ToolSerializer(many=True),
+        responses=ToolCatalogSerializer,
     )
     def get(self, request: Request) -> Response:
         style = request.query_params.get("style", "inventory")
@@ -247,7 +295,7 @@ class DispatchView(AssistantAPIView):
     @extend_schema(
         summary="Call one tool",
         request=DispatchInput,
-        responses={200: OutcomeSerializer, 202: OutcomeSerializer, 400: ErrorSerializer},
+        responses={**OUTCOME_RESPONSES, 202: OutcomeSerializer},
     )
     def post(self, request: Request) -> Response:
         data = DispatchInput(data=request.data)
@@ -267,6 +315,8 @@ class DispatchView(AssistantAPIView):
 
 
 class ActionListView(AssistantAPIView):
+    pagination_class = PagePagination
+
     @extend_schema(
         summary="Your pending actions",
         parameters=[OpenApiParameter("status", str, enum=list(PendingAction.Status.values))],
@@ -281,14 +331,14 @@ class ActionListView(AssistantAPIView):
             if wanted not in PendingAction.Status.values:
                 raise exceptions.ValidationError({"status": "unknown status"})
             actions = actions.filter(status=wanted)
-        paginator = PagePagination()
-        page = paginator.paginate_queryset(actions, request, view=self)
-        return paginator.get_paginated_response(PendingActionSerializer(page, many=True).data)
+        return self.paginated(actions, PendingActionSerializer)
 
 
 class ActionConfirmView(AssistantAPIView):
     @extend_schema(
-        summary="Confirm a pending action (runs it once)", request=None, responses=OutcomeSerializer
+        summary="Confirm a pending action (runs it once)",
+        request=None,
+        responses=OUTCOME_RESPONSES,
     )
     def post(self, request: Request, action_id: str) -> Response:
         return self.outcome_response(
@@ -297,7 +347,7 @@ class ActionConfirmView(AssistantAPIView):
 
 
 class ActionCancelView(AssistantAPIView):
-    @extend_schema(summary="Refuse a pending action", request=None, responses=OutcomeSerializer)
+    @extend_schema(summary="Refuse a pending action", request=None, responses=OUTCOME_RESPONSES)
     def post(self, request: Request, action_id: str) -> Response:
         return self.outcome_response(
             cancel_action(action_id, user=request.user, source="rest", request_ip=self.client_ip())
@@ -310,14 +360,18 @@ def _with_counts(conversations: QuerySet[Conversation]) -> QuerySet[Conversation
 
 
 class ConversationListView(AssistantAPIView):
+    pagination_class = PagePagination
+
     @extend_schema(summary="Your conversations", responses=ConversationSerializer(many=True))
     def get(self, request: Request) -> Response:
-        paginator = PagePagination()
         conversations = _with_counts(Conversation.objects.filter(user_id=owner_id(request)))
-        page = paginator.paginate_queryset(conversations, request, view=self)
-        return paginator.get_paginated_response(ConversationSerializer(page, many=True).data)
+        return self.paginated(conversations, ConversationSerializer)
 
-    @extend_schema(summary="Delete all your conversations", responses={200: None})
+    @extend_schema(
+        summary="Delete all your conversations",
+        operation_id="conversations_destroy_all",
+        responses={200: DeletedSerializer},
+    )
     def delete(self, request: Request) -> Response:
         deleted = Conversation.objects.filter(user_id=owner_id(request)).delete()[1]
         return Response({"deleted": deleted.get(Conversation._meta.label, 0)})
@@ -357,6 +411,8 @@ class StaffView(AssistantAPIView):
 
 
 class StaffConversationListView(StaffView):
+    pagination_class = PagePagination
+
     @extend_schema(
         summary="Every user's conversations (staff)",
         parameters=[OpenApiParameter("user", str, description="user id or username")],
@@ -367,13 +423,26 @@ class StaffConversationListView(StaffView):
         wanted = request.query_params.get("user")
         if wanted:
             conversations = conversations.filter(**_user_filter("user", wanted))
-        paginator = PagePagination()
-        page = paginator.paginate_queryset(conversations, request, view=self)
-        return paginator.get_paginated_response(StaffConversationSerializer(page, many=True).data)
+        return self.paginated(conversations, StaffConversationSerializer)
+
+
+class IsConversationDeleter(BasePermission):
+    """Staff holding ``assistant.delete_conversation``: reading the audit is not leave to erase."""
+
+    message = "Staff with the permission to delete conversations only."
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        user = request.user
+        return bool(user.is_staff and user.has_perm("assistant.delete_conversation"))
 
 
 class StaffConversationDetailView(StaffView):
-    @extend_schema(summary="Delete any conversation (staff)", responses={204: None})
+    permission_classes = [IsAuthenticated, IsConversationDeleter]
+
+    @extend_schema(
+        summary="Delete any user's conversation (staff with assistant.delete_conversation)",
+        responses={204: None},
+    )
     def delete(self, request: Request, conversation_id: str) -> Response:
         self.staff_conversation(conversation_id).delete()
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -381,7 +450,7 @@ class StaffConversationDetailView(StaffView):
 
 class StaffConversationHistoryView(StaffView):
     @extend_schema(
-        summary="A conversation's messages (staff)", responses=MessageSerializer(many=True)
+        summary="A conversation's messages (staff)", responses=StaffConversationHistorySerializer
     )
     def get(self, request: Request, conversation_id: str) -> Response:
         conversation = self.staff_conversation(conversation_id)
@@ -442,6 +511,8 @@ def _bound(name: str, value: str) -> dict[str, Any]:
 
 
 class AuditListView(StaffView):
+    pagination_class = AuditCursorPagination
+
     @extend_schema(
         summary="The audit trail (staff), newest first, cursor-paginated",
         parameters=[
@@ -467,12 +538,12 @@ class AuditListView(StaffView):
         for name in ("since", "until"):
             if params.get(name):
                 entries = entries.filter(**_bound(name, params[name]))
-        paginator = AuditCursorPagination()
-        page = paginator.paginate_queryset(entries, request, view=self)
-        return paginator.get_paginated_response(AuditEntrySerializer(page, many=True).data)
+        return self.paginated(entries, AuditEntrySerializer)
 
 
 class JobListView(AssistantAPIView):
+    pagination_class = PagePagination
+
     @extend_schema(
         summary="Your background jobs (staff with assistant.view_job: everyone's with ?all=1)",
         parameters=[
@@ -492,9 +563,7 @@ class JobListView(AssistantAPIView):
             if wanted not in Job.Status.values:
                 raise exceptions.ValidationError({"status": "unknown status"})
             jobs = jobs.filter(status=wanted)
-        paginator = PagePagination()
-        page = paginator.paginate_queryset(jobs.order_by("-created_at"), request, view=self)
-        return paginator.get_paginated_response(JobSerializer(page, many=True).data)
+        return self.paginated(jobs.order_by("-created_at"), JobSerializer)
 
 
 class JobDetailView(AssistantAPIView):
@@ -532,14 +601,14 @@ def _task_for(user: Any, task_id: Any) -> ValidationTask:
 
 
 class ValidationTaskListView(AssistantAPIView):
+    pagination_class = PagePagination
+
     @extend_schema(
         summary="Validation tasks you may see", responses=ValidationTaskSerializer(many=True)
     )
     def get(self, request: Request) -> Response:
         tasks = _tasks_for(request.user).select_related("owner", "target_type").order_by("name")
-        paginator = PagePagination()
-        page = paginator.paginate_queryset(tasks, request, view=self)
-        return paginator.get_paginated_response(ValidationTaskSerializer(page, many=True).data)
+        return self.paginated(tasks, ValidationTaskSerializer)
 
     @extend_schema(
         summary="Create a validation task (you become its owner: view, change, run)",
@@ -591,6 +660,8 @@ class ValidationTaskRunView(AssistantAPIView):
 
 
 class ValidationRunListView(AssistantAPIView):
+    pagination_class = PagePagination
+
     @extend_schema(
         summary="Runs of the validation tasks you may see, newest first",
         parameters=[OpenApiParameter("task", int)],
@@ -603,6 +674,4 @@ class ValidationRunListView(AssistantAPIView):
         wanted = request.query_params.get("task")
         if wanted:
             runs = runs.filter(task_id=query_id("task", wanted))
-        paginator = PagePagination()
-        page = paginator.paginate_queryset(runs.order_by("-created_at", "-id"), request, view=self)
-        return paginator.get_paginated_response(ValidationRunSerializer(page, many=True).data)
+        return self.paginated(runs.order_by("-created_at", "-id"), ValidationRunSerializer)

@@ -57,6 +57,7 @@ def project_env() -> dict[str, str]:
         DJANGO_SETTINGS_MODULE="config.settings",
         DATABASE_URL=f"postgres://postgres@127.0.0.1:5432/{BENCH_DB}",
         DJANGO_DEBUG="0",  # DEBUG keeps every query in memory
+        DJANGO_SECRET_KEY="benchmark-only-secret-key",  # DEBUG off refuses the repository key
     )
     return env
 

@@ -50,6 +50,7 @@ def setup() -> Any:
         REDIS_URL=REDIS_URL,
         ASSISTANT_CHANNEL_LAYER="pubsub",
         DJANGO_DEBUG="0",
+        DJANGO_SECRET_KEY="benchmark-only-secret-key",  # DEBUG off refuses the repository key
     )
     sys.path.insert(0, str(ROOT))
     import django

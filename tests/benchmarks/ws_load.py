@@ -56,6 +56,7 @@ def server_env() -> dict[str, str]:
         DATABASE_URL=f"postgres://postgres@127.0.0.1:5432/{BENCH_DB}",
         REDIS_URL=os.environ.get("WS_LOAD_REDIS_URL", REDIS_URL),
         DJANGO_DEBUG="0",
+        DJANGO_SECRET_KEY="benchmark-only-secret-key",  # DEBUG off refuses the repository key
         DJANGO_ALLOWED_HOSTS="127.0.0.1,localhost",
     )
     return env

@@ -1,0 +1,107 @@
+"""The OpenAPI document says what the API really answers (schemathesis holds it to that)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+API = "/assistant/api"
+
+
+@pytest.fixture
+def document(db: None) -> dict[str, Any]:
+    response = APIClient().get(f"{API}/schema/", {"format": "json"})
+    assert response.status_code == 200
+    return response.json()
+
+
+def responses(document: dict[str, Any], path: str, method: str) -> dict[str, Any]:
+    return document["paths"][f"{API}{path}"][method]["responses"]
+
+
+def body_schema(response: dict[str, Any]) -> str:
+    return response["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
+
+
+def component(document: dict[str, Any], name: str) -> dict[str, Any]:
+    return document["components"]["schemas"][name]
+
+
+@pytest.mark.parametrize(
+    ("path", "envelope", "rows"),
+    [
+        ("/conversations/", "PaginatedConversationList", "Conversation"),
+        ("/actions/", "PaginatedPendingActionList", "PendingAction"),
+        ("/jobs/", "PaginatedJobList", "Job"),
+        ("/admin/audit/", "PaginatedAuditEntryList", "AuditEntry"),
+    ],
+)
+def test_lists_are_documented_as_the_page_envelopes_they_answer(
+    document: dict[str, Any], path: str, envelope: str, rows: str
+) -> None:
+    ok = responses(document, path, "get")["200"]
+
+    assert body_schema(ok) == envelope
+    page = component(document, envelope)
+    assert {"next", "previous", "results"} <= set(page["properties"])
+    assert page["properties"]["results"]["items"]["$ref"].endswith(f"/{rows}")
+
+
+def test_the_tool_catalog_is_an_object_holding_tools_in_any_of_the_three_styles(
+    document: dict[str, Any],
+) -> None:
+    assert body_schema(responses(document, "/tools/", "get")["200"]) == "ToolCatalog"
+    tools = component(document, "ToolCatalog")["properties"]["tools"]
+    assert tools["type"] == "array"
+    styles = component(document, "CatalogTool")["oneOf"]
+    assert [style["$ref"].rsplit("/", 1)[1] for style in styles] == [
+        "Tool",
+        "OpenAITool",
+        "AnthropicTool",
+    ]
+
+
+def test_every_operation_documents_the_json_error_bodies(document: dict[str, Any]) -> None:
+    missing = [
+        f"{method.upper()} {path} {status}"
+        for path, operations in document["paths"].items()
+        for method, operation in operations.items()
+        for status in ("401", "403", "404", "429")
+        if status not in operation["responses"]
+        or body_schema(operation["responses"][status]) != "Error"
+    ]
+
+    assert missing == []
+    assert component(document, "Error")["required"] == ["code", "detail"]
+
+
+@pytest.mark.parametrize("path", ["/actions/{action_id}/confirm/", "/actions/{action_id}/cancel/"])
+def test_deciding_an_action_documents_already_decided_and_expired(
+    document: dict[str, Any], path: str
+) -> None:
+    answers = responses(document, path, "post")
+
+    assert body_schema(answers["409"]) == body_schema(answers["410"]) == "OutcomeError"
+    assert {"code", "detail", "decision"} <= set(component(document, "OutcomeError")["required"])
+
+
+def test_nullable_outcome_fields_say_so(document: dict[str, Any]) -> None:
+    fields = component(document, "Outcome")["properties"]
+
+    assert all(fields[name].get("nullable") for name in ("code", "errors", "task_id", "audit_id"))
+
+
+@pytest.mark.parametrize(
+    ("request_component", "field"),
+    [
+        ("MessageInputRequest", "message"),
+        ("DispatchInputRequest", "operation"),
+        ("ValidationTaskInputRequest", "target"),
+    ],
+)
+def test_strings_the_api_refuses_blank_are_documented_non_blank(
+    document: dict[str, Any], request_component: str, field: str
+) -> None:
+    assert component(document, request_component)["properties"][field]["minLength"] == 1
