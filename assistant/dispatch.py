@@ -25,7 +25,7 @@ from .models import AuditEntry, Conversation, PendingAction
 from .permissions import UserAccess, aaccess_for, access_for, denials
 from .redaction import redact_text, sensitive_values
 from .registry import AssistantTool, ToolCall, ToolRegistry, ToolResult, registry
-from .storable import storable, storable_text, unstorable
+from .storable import UNSTORABLE_CHARACTERS, storable, storable_text, unstorable
 
 logger = logging.getLogger("assistant.dispatch")
 Decision = AuditEntry.Decision
@@ -142,7 +142,15 @@ def _as_result(value: Any, operation: str) -> ToolResult:
         value = ToolResult(text=value)
     if not isinstance(value, ToolResult):
         raise TypeError(f"{operation} returned {type(value).__name__}, not ToolResult")
-    # What a handler returns is stored (text, actions) and rendered: make it storable.
+    # What a handler returns is stored (text, actions) and rendered: make it storable (the
+    # common case, already storable, is returned as it is: this runs on every call).
+    if (
+        isinstance(value.text, str)
+        and UNSTORABLE_CHARACTERS.search(value.text) is None
+        and (not value.actions or unstorable(value.actions) is None)
+        and (value.data is None or unstorable(value.data) is None)
+    ):
+        return value
     return replace(
         value,
         text=storable_text(str(value.text)),
