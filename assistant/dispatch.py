@@ -25,7 +25,7 @@ from .models import AuditEntry, Conversation, PendingAction
 from .permissions import UserAccess, aaccess_for, access_for, denials
 from .redaction import redact_text, sensitive_values
 from .registry import AssistantTool, ToolCall, ToolRegistry, ToolResult, registry
-from .storable import UNSTORABLE_CHARACTERS, storable, storable_text, unstorable
+from .storable import UNSTORABLE_CHARACTERS, plain, storable, storable_text
 
 logger = logging.getLogger("assistant.dispatch")
 Decision = AuditEntry.Decision
@@ -147,15 +147,16 @@ def _as_result(value: Any, operation: str) -> ToolResult:
     if (
         isinstance(value.text, str)
         and UNSTORABLE_CHARACTERS.search(value.text) is None
-        and (not value.actions or unstorable(value.actions) is None)
-        and (value.data is None or unstorable(value.data) is None)
+        and (not value.actions or plain(value.actions))
+        and (value.data is None or plain(value.data))
     ):
         return value
+    # bytes, sets, objects: what the JSON renderer and the columns would choke on, made plain
     return replace(
         value,
         text=storable_text(str(value.text)),
         actions=storable(value.actions),
-        data=value.data if unstorable(value.data) is None else storable(value.data),
+        data=value.data if value.data is None or plain(value.data) else storable(value.data),
     )
 
 

@@ -430,7 +430,7 @@ def validate_entities(
     for entity in entities:
         if entity.name in values:
             value = values[entity.name]
-            problem = unstorable(value)
+            problem = unstorable(value, 1)  # level 0 is the entities object around it
             if problem is not None:
                 errors[entity.name] = problem
                 continue

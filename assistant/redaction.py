@@ -18,12 +18,13 @@ def sensitive_values(tool: AssistantTool | None, entities: Any) -> set[str]:
     """What a call's sensitive entities hold, as the text that may appear in a message."""
     if tool is None or not isinstance(entities, dict):
         return set()
-    values = (entities.get(name) for name in tool.sensitive_entities)
-    return {
-        str(value)
-        for value in values
-        if isinstance(value, str | int | float) and not isinstance(value, bool) and str(value)
-    }
+    found: set[str] = set()
+    for name in tool.sensitive_entities:
+        value = entities.get(name)
+        for item in value if isinstance(value, list | tuple) else [value]:
+            if isinstance(item, str | int | float) and not isinstance(item, bool) and str(item):
+                found.add(str(item))
+    return found
 
 
 def redact_text(text: str, secrets: set[str]) -> str:

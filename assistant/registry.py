@@ -161,6 +161,12 @@ class AssistantTool:
         unknown_sensitive = set(sensitive_entities) - names
         if unknown_sensitive:
             raise fail(f"sensitive_entities names unknown entities {sorted(unknown_sensitive)}")
+        # A secret is found in the user's words by its text: a number parsed from "0731" is 731.
+        untexty = sorted(
+            e.name for e in entities if e.name in sensitive_entities and not _is_text(e.schema)
+        )
+        if untexty:
+            raise fail(f"sensitive_entities {untexty} must be text (str, or a list of str)")
         if object_check is not None:
             if (
                 not isinstance(object_check, tuple | list)
@@ -475,3 +481,16 @@ def register_methods(toolset: type, site: ToolRegistry | None = None) -> list[As
     if not registered:
         raise ToolDefinitionError(f"{toolset.__name__}: a toolset needs @assistant_tool methods")
     return registered
+
+
+def _is_text(schema: dict[str, Any]) -> bool:
+    """Whether an entity's JSON schema holds only text (or a list of text), maybe null."""
+    kind = schema.get("type")
+    if kind == "array":
+        return _is_text(schema.get("items", {}))
+    if kind is not None:
+        kinds = set(kind) if isinstance(kind, list) else {kind}
+        return "string" in kinds and kinds <= {"string", "null"}
+    options = schema.get("anyOf") or schema.get("oneOf") or []
+    real = [option for option in options if option.get("type") != "null"]
+    return bool(real) and all(_is_text(option) for option in real)

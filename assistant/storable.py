@@ -80,3 +80,25 @@ def unstorable(value: Any, _depth: int = 0) -> str | None:
 
 def _has_bad(text: str) -> bool:
     return UNSTORABLE_CHARACTERS.search(text) is not None
+
+
+def plain(value: Any, _depth: int = 0) -> bool:
+    """Whether the value is already plain JSON every column stores as it is (no conversion)."""
+    if isinstance(value, str):
+        return not _has_bad(value)
+    if value is None or isinstance(value, bool):
+        return True
+    if isinstance(value, int):
+        return value.bit_length() <= MAX_INTEGER_BITS
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if _depth >= MAX_DEPTH:
+        return False
+    if isinstance(value, dict):
+        return all(
+            isinstance(key, str) and not _has_bad(key) and plain(item, _depth + 1)
+            for key, item in value.items()
+        )
+    if isinstance(value, list | tuple):
+        return all(plain(item, _depth + 1) for item in value)
+    return False

@@ -66,6 +66,29 @@ def test_django_is_bounded_and_each_extra_pulls_what_it_names(
     assert extras["django52"] == {"django-tasks"}
 
 
+def test_every_app_the_readme_installs_comes_with_the_wheel_or_django(
+    metadata: email.message.Message,
+) -> None:
+    # The wheel is tested against this suite's environment (which has everything), so what a
+    # fresh `pip install` would lack is found here, from the declared requirements.
+    from importlib.metadata import packages_distributions
+
+    from tests.test_startproject import readme_block
+
+    apps = re.findall(r'^\s*"([\w.]+)",', readme_block("settings"), re.MULTILINE)
+    declared = {re.split(r"[<>=\[ ;]", r)[0].lower() for r in metadata.get_all("Requires-Dist")}
+    wanted = {"django", "django-ops-assistant", *declared}
+    providers = packages_distributions()
+    missing = {
+        app
+        for app in apps
+        if not {d.lower() for d in providers.get(app.split(".")[0], [])} & wanted
+        and app.split(".")[0] != "assistant"
+    }
+    assert "daphne" in apps
+    assert missing == set()
+
+
 def test_the_wheel_holds_the_app_and_nothing_of_the_example_project(
     installed: InstalledWheel,
 ) -> None:

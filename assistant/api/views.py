@@ -163,6 +163,18 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     )
 
 
+class AssistantJSONParser(JSONParser):
+    """DRF's JSON parser, with a body nested past the interpreter's depth a 400, not a 500."""
+
+    def parse(self, stream: Any, media_type: Any = None, parser_context: Any = None) -> Any:
+        try:
+            return super().parse(stream, media_type, parser_context)
+        except RecursionError:
+            raise exceptions.ParseError(
+                "JSON parse error - the body is nested too deeply."
+            ) from None
+
+
 class AssistantThrottle(UserRateThrottle):
     scope = "assistant"
 
@@ -176,7 +188,7 @@ class AssistantAPIView(APIView):
     permission_classes = [IsAuthenticated]
     throttle_classes = [AssistantThrottle]
     renderer_classes = [JSONRenderer]
-    parser_classes = [JSONParser]
+    parser_classes = [AssistantJSONParser]
     content_negotiation_class = DefaultContentNegotiation
     versioning_class = None
     schema = AssistantAutoSchema()

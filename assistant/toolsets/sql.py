@@ -174,6 +174,7 @@ class _SQLite:
         self.path = path
         self.connection: sqlite3.Connection | None = None
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sql-inspector")
+        self.hidden: frozenset[str] = frozenset()  # tables user queries may not read either
 
     async def _run(self, function: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.executor, function, *args)
@@ -216,7 +217,10 @@ class _SQLite:
         assert self.connection is not None
         deadline = time.monotonic() + timeout
         self.connection.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
-        self.connection.set_authorizer(_read_only)
+        hidden = self.hidden
+        self.connection.set_authorizer(
+            lambda action, *args: _read_only(action, *args, hidden=hidden)
+        )
         try:
             cursor = self.connection.execute(sql)
             columns = [column[0] for column in cursor.description or []]
@@ -251,8 +255,11 @@ _READ_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNC
 _READ_ACTIONS.add(getattr(sqlite3, "SQLITE_RECURSIVE", 33))
 
 
-def _read_only(action: int, *args: Any) -> int:
-    """SQLite authorizer for user queries: reading only (a PRAGMA may be read, never set)."""
+def _read_only(action: int, *args: Any, hidden: frozenset[str] = frozenset()) -> int:
+    """SQLite authorizer for user queries: reading only (a PRAGMA may be read, never set), and
+    never a hidden table (SQLite has no roles: listing a table is not the only way to it)."""
+    if action == sqlite3.SQLITE_READ and args[0] in hidden:
+        return sqlite3.SQLITE_DENY
     if action in _READ_ACTIONS:
         return sqlite3.SQLITE_OK
     if action == sqlite3.SQLITE_PRAGMA and args[1] is None:
@@ -340,6 +347,8 @@ class SQLInspector(Toolset):
 
     async def on_start(self, cancel: CancellationToken) -> None:
         self.backend = _backend(self.database, self.role)
+        if isinstance(self.backend, _SQLite):
+            self.backend.hidden = self.hidden_tables
         await self.backend.connect()
         schema = await self.backend.tables()
         self.schema = {

@@ -36,7 +36,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         for name, perms in GROUP_PERMISSIONS.items():
             group, _ = Group.objects.get_or_create(name=name)
-            group.permissions.set([_permission(label) for label in perms])
+            group.permissions.add(*[_permission(label) for label in perms])
         User = get_user_model()
         self.stdout.write("Demo users (sign in on the demo's home page):")
         for username, password, staff, superuser, group in DEMO_USERS:

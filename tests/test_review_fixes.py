@@ -1,0 +1,207 @@
+"""Regressions from a review of the hardening: results that are not plain JSON, nesting at the
+storage limit, secrets in lists, hidden tables read by query on SQLite, bodies nested too deeply."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from assistant import ToolCall, ToolResult, assistant_tool
+from assistant.chat import run_turn
+from assistant.confirmation import confirm_action
+from assistant.dispatch import dispatch
+from assistant.exceptions import ToolDefinitionError
+from assistant.models import AuditEntry, Conversation, Message
+from assistant.registry import ToolRegistry
+
+API = "/assistant/api"
+SITE = ToolRegistry("review-fixes")
+SEEN: list[Any] = []
+
+
+def client(user: Any) -> APIClient:
+    c = APIClient(raise_request_exception=False)
+    c.force_login(user)
+    return c
+
+
+@assistant_tool(
+    site=SITE,
+    operation="apply_config",
+    domain="diagnostics",
+    description="Apply a config",
+    risk_level="guarded",
+    requires_confirmation=True,
+    public=True,
+)
+def apply_config(call: ToolCall, config: dict[str, object]) -> ToolResult:
+    SEEN.append(call.entities["config"])
+    return ToolResult(text="applied")
+
+
+@assistant_tool(
+    site=SITE,
+    operation="blob",
+    domain="diagnostics",
+    description="Answer with odd values",
+    risk_level="safe",
+    public=True,
+)
+def blob(call: ToolCall, where: str = "actions") -> ToolResult:
+    if where == "actions":
+        return ToolResult(text="ok", actions=[{"type": "download", "body": b"\xff\xfe"}])
+    if where == "object":
+        return ToolResult(text="ok", data={"x": object()})
+    return ToolResult(text="ok", data={"b": b"\xff", "s": {1, 2}})
+
+
+@assistant_tool(
+    site=SITE,
+    operation="set_keys",
+    domain="diagnostics",
+    description="Store keys",
+    risk_level="safe",
+    public=True,
+    sensitive_entities=["keys"],
+    keywords=["set keys"],
+)
+def set_keys(call: ToolCall, label: str, keys: list[str]) -> ToolResult:
+    return ToolResult(text=f"stored {len(keys)} keys for {label}")
+
+
+def nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = {"k": value}
+    return value
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("where", ["actions", "object", "data"])
+def test_a_result_that_is_not_plain_json_is_answered_not_a_500(superuser, where):
+    outcome = dispatch("blob", {"where": where}, user=superuser, site=SITE)
+
+    assert outcome.decision == "executed"
+    json.dumps([outcome.result.actions, outcome.result.data])  # plain JSON now
+    assert AuditEntry.objects.get().decision == "executed"
+
+
+@pytest.mark.django_db
+def test_bytes_and_sets_in_a_result_become_plain_json(superuser):
+    outcome = dispatch("blob", {"where": "none"}, user=superuser, site=SITE)
+
+    assert outcome.result.data == {"b": "b'\\xff'", "s": [1, 2]}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_query_returning_bytes_is_confirmed_and_answered_over_rest(make_user):
+    analyst = make_user("analyst", "assistant.database_read", "assistant.database_query")
+    c = client(analyst)
+    asked = c.post(
+        f"{API}/dispatch/",
+        {"operation": "run_readonly_query", "entities": {"sql": "select x'ff' as b"}},
+        format="json",
+    )
+    action = asked.json()["pending_action"]["id"]
+
+    confirmed = c.post(f"{API}/actions/{action}/confirm/", {}, format="json")
+
+    assert confirmed.status_code == 200, confirmed.content[:300]
+    assert confirmed["Content-Type"].startswith("application/json")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("depth", "accepted"), [(30, True), (31, True), (32, False)])
+def test_what_is_accepted_is_confirmed_and_run_exactly_as_given(superuser, depth, accepted):
+    SEEN.clear()
+    config = nested(depth)
+
+    asked = dispatch("apply_config", {"config": config}, user=superuser, site=SITE)
+
+    if not accepted:
+        assert (asked.decision, asked.code) == ("invalid", "invalid_entities")
+        return
+    assert asked.decision == "confirmation_requested"
+    confirm_action(asked.pending_action.pk, user=superuser, site=SITE)
+    assert [config] == SEEN
+
+
+@pytest.mark.django_db(transaction=True)
+def test_secrets_in_a_list_entity_are_redacted_in_the_message_and_title(superuser):
+    run_turn(superuser, "set keys label=door keys=alpha9k,beta7z", site=SITE)
+
+    stored = [*Message.objects.values_list("text", flat=True)]
+    stored += [*Conversation.objects.values_list("title", flat=True)]
+    assert stored
+    assert not any("alpha9k" in text or "beta7z" in text for text in stored)
+
+
+def test_a_sensitive_entity_that_is_not_text_is_refused_where_it_is_declared():
+    site = ToolRegistry("pins")
+
+    with pytest.raises(ToolDefinitionError, match="must be text"):
+
+        @assistant_tool(
+            site=site,
+            operation="set_pin",
+            domain="d",
+            description="Set a PIN",
+            risk_level="safe",
+            public=True,
+            sensitive_entities=["pin"],
+        )
+        def set_pin(call: ToolCall, pin: int) -> ToolResult:
+            return ToolResult(text="ok")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "select key from authtoken_token",
+        "select session_data from django_session",
+        "select count(*) from (select * from authtoken_token)",
+    ],
+)
+def test_a_hidden_table_cannot_be_read_by_query_on_sqlite(make_user, superuser, sql):
+    from django.db import connection
+
+    if connection.vendor != "sqlite":
+        pytest.skip("PostgreSQL hides tables with the role's grants (demo_sql_role)")
+    Token.objects.create(user=superuser)
+    analyst = make_user("analyst", "assistant.database_read", "assistant.database_query")
+    c = client(analyst)
+    asked = c.post(
+        f"{API}/dispatch/",
+        {"operation": "run_readonly_query", "entities": {"sql": sql}},
+        format="json",
+    )
+    confirmed = c.post(
+        f"{API}/actions/{asked.json()['pending_action']['id']}/confirm/", {}, format="json"
+    )
+
+    assert confirmed.status_code == 200
+    assert "is prohibited" in confirmed.json()["text"]
+    assert Token.objects.get().key not in confirmed.content.decode()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", ["dispatch", "messages"])
+def test_a_body_nested_past_the_interpreters_depth_is_a_400(superuser, path):
+    depth = 200_000
+    body = (
+        '{"message": "hi", "operation": "ping", "entities": {"x": '
+        + "[" * depth
+        + "]" * depth
+        + "}}"
+    )
+
+    response = client(superuser).post(f"{API}/{path}/", body, content_type="application/json")
+
+    assert response.status_code == 400
+    assert response.json()["code"] == "parse_error"
+    assert not AuditEntry.objects.exists()
