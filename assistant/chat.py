@@ -381,6 +381,7 @@ class Turn:
             message = await sync_to_async(self._store)(status)
         except Exception as exc:
             logger.exception("Storing the reply failed in conversation %s", self.thread_id)
+            await sync_to_async(self._release_key)()
             lost = ReplyNotStored()
             await self.emit(events.run_error(lost.message, lost.code))
             raise lost from exc
@@ -405,6 +406,16 @@ class Turn:
         await self._settle()
         secrets = self._shown
         self.publisher.redact(lambda text: redact_text(text, secrets))
+
+    def _release_key(self) -> None:
+        """A turn whose reply was lost frees its Idempotency-Key, so a retry runs it again."""
+        key = getattr(self.user_message, "idempotency_key", None)
+        if key is None:
+            return
+        try:
+            Message.objects.filter(idempotency_key=key).update(idempotency_key=None)
+        except DatabaseError:
+            logger.exception("Releasing the Idempotency-Key of a lost reply failed")
 
     def _store(self, status: str) -> Message:
         actions = [a for o in self.outcomes if o.result for a in o.result.actions]

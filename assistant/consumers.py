@@ -291,7 +291,17 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         thread_id = str(conversation.pk)
         self.current = thread_id
         if thread_id not in self.watching:
-            await self.channel_layer.group_add(group_name(thread_id), self.channel_name)
+            try:
+                await self.channel_layer.group_add(group_name(thread_id), self.channel_name)
+            except Exception:
+                # The turn goes on and is stored; this socket will not hear it live: say so.
+                await self.send_error(
+                    "not_subscribed",
+                    "Live updates for this conversation could not be set up; your message is "
+                    "saved and will be answered — reload to see the answer.",
+                    conversation=thread_id,
+                )
+                raise
             self.watching[thread_id] = conversation  # (a failed join is tried again next time)
 
     async def own(self, conversation_id: Any) -> Conversation:

@@ -205,3 +205,75 @@ def test_a_body_nested_past_the_interpreters_depth_is_a_400(superuser, path):
     assert response.status_code == 400
     assert response.json()["code"] == "parse_error"
     assert not AuditEntry.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lost_reply_frees_its_idempotency_key_so_the_retry_runs(plain_user, monkeypatch):
+    from django.db import DatabaseError
+
+    from assistant.chat import Turn
+
+    real_store = Turn._store
+    failures = iter([True])
+
+    def store_once_refused(turn: Any, status: str) -> Any:
+        if next(failures, False):
+            raise DatabaseError("the database went away")  # as the server would answer
+        return real_store(turn, status)
+
+    monkeypatch.setattr(Turn, "_store", store_once_refused)
+    c = client(plain_user)
+    headers = {"HTTP_IDEMPOTENCY_KEY": "order-42"}
+
+    lost = c.post(f"{API}/messages/", {"message": "ping"}, format="json", **headers)
+    retried = c.post(f"{API}/messages/", {"message": "ping"}, format="json", **headers)
+    again = c.post(f"{API}/messages/", {"message": "ping"}, format="json", **headers)
+
+    assert (lost.status_code, lost.json()["code"]) == (503, "reply_not_stored")
+    assert retried.status_code == 201
+    assert again.status_code == 201
+    assert again.json()["assistant_message"]["id"] == retried.json()["assistant_message"]["id"]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_socket_that_cannot_join_its_conversation_is_told_and_the_turn_still_runs(
+    plain_user, monkeypatch
+):
+    import asyncio
+
+    from channels.layers import get_channel_layer
+    from channels.testing import WebsocketCommunicator
+    from django.db.models import Q
+
+    from tests.asgi import application
+
+    layer = get_channel_layer()
+    real_add = layer.group_add
+
+    async def refuse_conversations(group: str, channel: str) -> None:
+        if group.startswith("assistant.conversation"):
+            raise ConnectionError("the channel layer refused")
+        await real_add(group, channel)
+
+    monkeypatch.setattr(layer, "group_add", refuse_conversations)
+    socket = WebsocketCommunicator(
+        application, "/ws/assistant/", headers=[(b"origin", b"http://127.0.0.1")]
+    )
+    socket.scope["user"] = plain_user
+    connected, _ = await socket.connect(timeout=5)
+    assert connected
+    try:
+        await socket.send_json_to({"type": "message", "text": "ping"})
+        frame = await socket.receive_json_from(timeout=10)
+        while not (frame["type"] == "CUSTOM" and frame["name"] == "assistant.error"):
+            frame = await socket.receive_json_from(timeout=10)
+    finally:
+        await socket.disconnect()
+
+    assert frame["value"]["code"] == "not_subscribed"
+    replies = Message.objects.filter(Q(role="assistant"), conversation__user=plain_user)
+    for _ in range(50):
+        if await replies.aexists():
+            break
+        await asyncio.sleep(0.1)
+    assert await replies.aexists()

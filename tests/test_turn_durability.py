@@ -266,7 +266,8 @@ async def test_a_run_whose_reply_cannot_be_stored_still_ends_with_run_error(
     await send(socket, type="message", text="slow seconds=1")
     frames = await receive_until(socket, "TOOL_CALL_END")
     # the turn's lane opened a session: it goes while the tool runs, what it writes next fails
-    assert await sync_to_async(terminate_sessions_but)(before) == 1
+    # (the job relay's poll may have opened one meanwhile too: it goes as well, and reconnects)
+    assert await sync_to_async(terminate_sessions_but)(before) >= 1
 
     frames += await receive_until(socket, "RUN_ERROR")
 

@@ -46,7 +46,7 @@
         location.reload();
         return;
       }
-      notSent();
+      unconfirmed();
       if (event.code === 4008) showNotice("The connection fell behind and was closed; reconnecting.", true);
       // (an error the server sent before closing stays on screen)
       if (event.code === 1011 && ui.notice.hidden) showNotice("The server closed the connection after an error; reconnecting.", true);
@@ -95,7 +95,7 @@
   }
 
   const handlers = {
-    RUN_STARTED(frame) { setRunning(frame.runId); },
+    RUN_STARTED(frame) { stored(); setRunning(frame.runId); },
     TEXT_MESSAGE_START(frame) {
       if (frame.role === "user") sent();
       bubble(frame.messageId, frame.role || "assistant").classList.add("streaming");
@@ -169,9 +169,34 @@
     }
   }
 
+  // Errors that mean the message being sent was refused before it was stored.
+  const NOT_STORED = new Set([
+    "message_not_stored", "throttled", "invalid_message", "frame_too_large", "bad_json",
+    "bad_frame", "missing_field", "unknown_type", "not_found", "channel_layer_missing",
+    "channel_layer_unavailable",
+  ]);
+
   function showError(value) {
-    notSent();
+    if (NOT_STORED.has(value.code)) notSent();
     showNotice(value.message || "Something went wrong.", true);
+  }
+
+  // The run of the message being sent has started: the server has stored it.
+  function stored() {
+    const node = state.sending;
+    if (!node || node.dataset.stored) return;
+    node.dataset.stored = "1";
+    node.querySelector(".state").textContent = "saved";
+  }
+
+  // The connection dropped before the server said anything: the message may or may not be stored.
+  function unconfirmed() {
+    const node = state.sending;
+    if (!node || node.dataset.stored) return;
+    state.sending = null;
+    node.id = "";
+    node.classList.replace("sending", "failed");
+    node.querySelector(".state").textContent = "connection lost: it may not have been sent (reload to check)";
   }
 
   // ---- the message being sent: shown as sending, then as the server's echo or as not sent ----
