@@ -20,11 +20,12 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import transaction
 
+from . import events
 from .chat import Turn
-from .dispatch import Outcome, jsonable, redacted
-from .exceptions import AssistantError, InvalidEntities, PermissionDenied, UnknownOperation
+from .dispatch import Outcome, _Call, audit_entities, jsonable
+from .exceptions import AssistantError
 from .models import AuditEntry, Conversation, Message
-from .permissions import access_for, denials
+from .permissions import access_for
 from .planner import get_planner
 from .registry import ToolRegistry, ToolResult, registry
 from .validation import Outcome as Finding
@@ -102,8 +103,6 @@ class EvalTurn(Turn):
         self.proposed: list[Proposed] = []
 
     async def emit(self, event: Any) -> dict[str, Any]:
-        from . import events
-
         frame = events.frame(event, thread_id=self.thread_id, run_id=self.run_id)
         self.frames.append(frame)
         return frame
@@ -125,33 +124,25 @@ class EvalTurn(Turn):
 
 
 def judge(operation: str, entities: Any, user: Any, site: ToolRegistry) -> Outcome:
-    """What dispatch would decide for this call, short of running it (nothing is audited)."""
-    shown = redacted(operation, entities, site)
-    try:
-        tool = site.get(operation)
-    except UnknownOperation as exc:
-        return Outcome(
-            operation=str(operation), decision=Decision.UNKNOWN, entities=shown, error=exc
-        )
-    try:
-        values = jsonable(tool.validate(entities))
-    except InvalidEntities as exc:
-        return Outcome(
-            operation=operation, decision=Decision.INVALID, entities=shown, tool=tool, error=exc
-        )
-    if denials(access_for(user), tool):
-        error = PermissionDenied(f"You do not have permission to use {operation}.")
-        return Outcome(
-            operation=operation, decision=Decision.DENIED, entities=values, tool=tool, error=error
-        )
-    decision = Decision.CONFIRMATION_REQUESTED if tool.requires_confirmation else Decision.EXECUTED
-    return Outcome(
-        operation=operation,
-        decision=decision,
-        entities=values,
-        tool=tool,
-        result=ToolResult(text=NOT_RUN),
+    """What dispatch would decide for this call, short of running it (nothing is audited).
+
+    Dispatch's own steps: lookup, validation, the tool and the object permission checks.
+    """
+    call = _Call(operation, entities, user, None, "eval", None, site)
+    stopped = call.check()
+    if stopped is None:
+        call.access = access_for(user)
+        stopped = call.authorize() or call.authorize_instance()
+    if stopped is not None:
+        return stopped
+    assert call.tool is not None
+    decision = (
+        Decision.CONFIRMATION_REQUESTED if call.tool.requires_confirmation else Decision.EXECUTED
     )
+    outcome = call.finish(decision, result=ToolResult(text=NOT_RUN))
+    # the validated values (what the planner meant), sensitive ones redacted as in the audit
+    outcome.entities = audit_entities(call.tool, jsonable(call.values))
+    return outcome
 
 
 def matches(expected: Any, actual: Any) -> bool:

@@ -216,3 +216,16 @@ def test_a_validation_task_records_a_finding_per_case(
     assert {f.outcome for f in findings} == {"pass"}
     assert (run.status, run.passed, run.failed) == ("passed", len(findings), 0)
     assert findings[0].details["case"] == "search in an environment"
+
+
+def test_a_judged_call_keeps_sensitive_values_out_of_its_finding(world: World):
+    (result,) = run_cases(
+        load_cases([{"user": "admin", "message": "store secret label=wifi secret=Hunter2xyz"}]),
+        planner="keywords",
+    )
+
+    assert [(c.operation, c.entities) for c in result.proposed] == [
+        ("store_secret", {"label": "wifi", "secret": "[redacted]"})
+    ]
+    # (the case's own message is the golden file's text, kept as written)
+    assert "Hunter2xyz" not in json.dumps(result.verdict().details["proposed"])
