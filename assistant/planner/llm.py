@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -130,31 +130,15 @@ class LLMPlanner:
     ) -> list[dict[str, str]]:
         """One streamed model call: speak its text, return the tool calls it made."""
         text: list[str] = []
-        calls = StreamedCalls()
-        timeout = float(config["TIMEOUT"])
+
+        async def speak(delta: str) -> None:
+            text.append(delta)
+            await turn.say(delta)
+
         try:
-            stream = await _open_stream(client, config, messages, tools)
-            async for chunk in _bounded(stream, timeout):
-                turn.count_usage(chunk.model or config["MODEL"], _usage(chunk))
-                # Usage-only and keep-alive chunks have no choices (Azure, Mistral, OpenAI).
-                for choice in chunk.choices or ():
-                    delta = choice.delta
-                    if delta is None:
-                        continue
-                    # Reasoning deltas (reasoning_content, reasoning) are never the answer.
-                    if delta.content:
-                        text.append(delta.content)
-                        await turn.say(delta.content)
-                    for part in delta.tool_calls or ():
-                        calls.add(part)
-        except openai.APIStatusError as exc:
-            raise LLMUnavailable(
-                f"The language model answered {exc.status_code}: {_short(exc)}", code="llm_error"
-            ) from exc
-        except openai.APITimeoutError as exc:
-            raise LLMUnavailable("The language model did not answer in time.") from exc
-        except openai.APIError as exc:
-            raise LLMUnavailable(f"The language model is unreachable: {_short(exc)}") from exc
+            calls = await stream_reply(
+                client, config, messages, tools, on_text=speak, on_usage=turn.count_usage
+            )
         finally:
             turn.end_step()
         ordered = calls.finished(prefix=f"call_{turn.run_id[:8]}_{len(messages)}")
@@ -167,6 +151,43 @@ class LLMPlanner:
                 }
             )
         return [call.as_intent() for call in ordered]
+
+
+async def stream_reply(
+    client: openai.AsyncOpenAI,
+    config: dict[str, Any],
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    *,
+    on_text: Callable[[str], Awaitable[None]],
+    on_usage: Callable[[str, dict[str, int] | None], None],
+) -> StreamedCalls:
+    """One streamed completion: its words to ``on_text``, its usage to ``on_usage``, its calls
+    merged; any failure of the endpoint is ``LLMUnavailable``."""
+    calls = StreamedCalls()
+    try:
+        stream = await _open_stream(client, config, messages, tools)
+        async for chunk in _bounded(stream, float(config["TIMEOUT"])):
+            on_usage(chunk.model or config["MODEL"], _usage(chunk))
+            # Usage-only and keep-alive chunks have no choices (Azure, Mistral, OpenAI).
+            for choice in chunk.choices or ():
+                delta = choice.delta
+                if delta is None:
+                    continue
+                # Reasoning deltas (reasoning_content, reasoning) are never the answer.
+                if delta.content:
+                    await on_text(delta.content)
+                for part in delta.tool_calls or ():
+                    calls.add(part)
+    except openai.APIStatusError as exc:
+        raise LLMUnavailable(
+            f"The language model answered {exc.status_code}: {_short(exc)}", code="llm_error"
+        ) from exc
+    except openai.APITimeoutError as exc:
+        raise LLMUnavailable("The language model did not answer in time.") from exc
+    except openai.APIError as exc:
+        raise LLMUnavailable(f"The language model is unreachable: {_short(exc)}") from exc
+    return calls
 
 
 @dataclass(kw_only=True, slots=True)

@@ -134,24 +134,17 @@ class Command(BaseCommand):
     ) -> Answer:
         """One streamed request, merged the way the planner merges it."""
         answer = Answer()
-        calls = llm.StreamedCalls()
+
+        async def heard(delta: str) -> None:
+            answer.text += delta
+
+        def counted(model: str, usage: dict[str, int] | None) -> None:
+            answer.usage = usage or answer.usage
+
         messages = [{"role": "user", "content": prompt}]
-        try:
-            stream = await llm._open_stream(client, {**config, "TEMPERATURE": 0}, messages, tools)
-            async for chunk in llm._bounded(stream, float(config["TIMEOUT"])):
-                answer.usage = llm._usage(chunk) or answer.usage
-                for choice in chunk.choices or ():
-                    if choice.delta is None:
-                        continue
-                    answer.text += choice.delta.content or ""
-                    for part in choice.delta.tool_calls or ():
-                        calls.add(part)
-        except llm.openai.APIStatusError as exc:
-            raise llm.LLMUnavailable(
-                f"The endpoint answered {exc.status_code}: {llm._short(exc)}"
-            ) from exc
-        except llm.openai.APIError as exc:
-            raise llm.LLMUnavailable(f"The endpoint is unreachable: {llm._short(exc)}") from exc
+        calls = await llm.stream_reply(
+            client, {**config, "TEMPERATURE": 0}, messages, tools, on_text=heard, on_usage=counted
+        )
         answer.calls = [call.as_intent() for call in calls.finished(prefix="probe")]
         return answer
 
