@@ -10,6 +10,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from .conf import assistant_settings
+from .dispatch import CallContext, Outcome, write_audit
 from .exceptions import BudgetExceeded
 from .models import AuditEntry, Conversation, Message
 
@@ -75,14 +76,15 @@ def check_budget(user: Any, *, conversation: Conversation | None, source: str) -
         )
     if not problem:
         return
-    AuditEntry.objects.create(
-        user=user,
-        username=user.get_username(),
+    refused = Outcome(
         operation=BUDGET_OPERATION,
-        domain="assistant",
         decision=AuditEntry.Decision.OVER_BUDGET,
-        error=problem,
-        source=source,
-        conversation=conversation,
+        entities={},
+        error_summary=problem,
+    )
+    write_audit(
+        CallContext(user=user, source=source, conversation=conversation),
+        refused,
+        domain="assistant",
     )
     raise BudgetExceeded(problem)

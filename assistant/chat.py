@@ -16,7 +16,7 @@ from django.db import DatabaseError, IntegrityError, transaction
 from . import events
 from .conf import assistant_settings
 from .confirmation import acancel_action, aconfirm_action
-from .dispatch import DispatchCancelled, Outcome, adispatch, redacted
+from .dispatch import DispatchCancelled, Outcome, adispatch
 from .exceptions import (
     ActionNotFound,
     AssistantError,
@@ -29,7 +29,7 @@ from .exceptions import (
 from .lifecycle import CancellationToken, ToolSession, new_session
 from .models import AuditEntry, Conversation, Message, PendingAction
 from .permissions import refresh_access
-from .redaction import redact_text, sensitive_values, unfinished_secret
+from .redaction import redact_text, redacted, sensitive_values, unfinished_secret
 from .registry import ToolRegistry, ToolResult, registry
 from .runner import Publisher, keep, lane, loop_state
 from .storable import storable_text

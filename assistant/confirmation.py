@@ -1,7 +1,7 @@
 """Answering a pending action: confirm it (re-checked, claimed once, run, audited) or refuse it.
 
-The second entrance of the one door: a confirmed action runs through the same checks, run and
-audit steps as ``dispatch`` (``dispatch._Call``), only later and exactly once.
+The second entrance of the one door: a confirmed action takes dispatch's own steps (its
+decision steps with two of its own, readiness, the run and the audit); its gate is the claim.
 """
 
 from __future__ import annotations
@@ -12,221 +12,169 @@ from typing import Any
 from asgiref.sync import async_to_sync, sync_to_async
 
 from .dispatch import (
+    Call,
+    CallContext,
     Decision,
     Outcome,
-    _aaudited,
-    _audited,
-    _Call,
-    _in_one_hop,
-    _ready,
-    _run_async,
-    _run_sync,
-    jsonable,
+    Step,
+    aaudited,
+    audited,
+    authorize,
+    authorize_instance,
+    context_of,
+    decide,
+    in_one_hop,
+    look_up,
+    make_ready,
+    run_async,
+    run_sync,
+    runs_in_loop,
+    toolset_session,
+    validate,
+    write_audit,
 )
 from .exceptions import ActionExpired, ActionNotFound, InvalidEntities
-from .lifecycle import CancellationToken
-from .models import AuditEntry, PendingAction
-from .permissions import access_for, reread_access
-from .registry import ToolRegistry, ToolResult, registry
+from .models import PendingAction
+from .permissions import reread_access
+from .registry import ToolResult
+from .storable import storable
 
 
-def _confirm_checks(
-    action_id: Any,
-    user: Any,
-    source: str,
-    request_ip: str | None,
-    site: ToolRegistry,
-    cancel: CancellationToken | None = None,
-) -> tuple[_Call, Outcome | None]:
-    """Re-validate and re-authorize a pending action, then claim it exactly once."""
-    action = (
-        PendingAction.objects.owned_by(user)
-        .filter(pk=action_id)
-        .select_related("conversation")
-        .first()
-    )
-    if action is None:
-        raise ActionNotFound("No such pending action is waiting for you.")
-    call = _Call(
-        action.operation,
-        action.entities,
-        user,
-        action.conversation,
-        source,
-        request_ip,
-        site,
-        cancel,
-    )
-    call.action = action
-    outcome = call.check()
-    if outcome is None and not action.is_bound_to(action.entities):
-        outcome = call.stop(
+def still_bound(call: Call) -> Outcome | None:
+    """The stored entities are the ones the user was asked to confirm."""
+    assert call.action is not None
+    if not call.action.is_bound_to(call.action.entities):
+        return call.stop(
             Decision.INVALID,
             InvalidEntities({"entities": "changed since confirmation was requested"}),
         )
-    if outcome is None:
-        reread_access(user)  # a risky moment: flags and permissions as they are now
-        call.access = access_for(user)
-        outcome = call.authorize() or call.authorize_instance()
-    if outcome is None:
-        try:
-            call.action = PendingAction.decide(
-                action.pk, user, PendingAction.Status.CONFIRMED, site=site
-            )
-        except ActionExpired as exc:
-            action.refresh_from_db()
-            call.action = action
-            outcome = call.stop(Decision.EXPIRED, exc)
-    return call, outcome
+    return None
 
 
-def confirm_action(
-    action_id: Any,
-    *,
-    user: Any,
-    source: str = "api",
-    request_ip: str | None = None,
-    site: ToolRegistry = registry,
-    cancel: CancellationToken | None = None,
-    session: Any = None,
-) -> Outcome:
-    """Run a pending action once for its owner; raises ``ActionNotFound`` / ``AlreadyDecided``."""
-    operation = (
-        PendingAction.objects.filter(pk=action_id).values_list("operation", flat=True).first()
-        if _is_uuid(action_id)
-        else None
-    )
-    tool = site._tools.get(operation) if operation else None
-    if tool is not None and tool.toolset is not None:
-        return async_to_sync(aconfirm_action)(
-            action_id,
-            user=user,
-            source=source,
-            request_ip=request_ip,
-            site=site,
-            cancel=cancel,
-            session=session,
+def authorize_now(call: Call) -> Outcome | None:
+    """A risky moment: the tool check against flags and permissions as they are now."""
+    reread_access(call.context.user)
+    return authorize(call)
+
+
+# dispatch's decision steps (DECISIONS), with the binding check and access read afresh
+CONFIRMATION: tuple[Step, ...] = (
+    look_up,
+    validate,
+    still_bound,
+    authorize_now,
+    authorize_instance,
+)
+
+
+def claim(call: Call) -> Outcome | None:
+    """The gate of a pending action: claim it exactly once (an expired one stops the call)."""
+    assert call.action is not None
+    action = call.action
+    try:
+        call.action = PendingAction.decide(
+            action.pk, call.context.user, PendingAction.Status.CONFIRMED, site=call.context.site
         )
-    call, outcome = _confirm_checks(action_id, user, source, request_ip, site, cancel)
-    if outcome is None:
-        outcome = _run_sync(call, confirmed=True)
-    return _audited(call, outcome)
+    except ActionExpired as exc:
+        action.refresh_from_db()
+        call.action = action
+        return call.stop(Decision.EXPIRED, exc)
+    return None
+
+
+def _waiting(action_id: Any, user: Any) -> PendingAction:
+    """The user's own pending action with this id, or ``ActionNotFound``."""
+    try:
+        pk = uuid.UUID(str(action_id))
+    except ValueError:
+        raise ActionNotFound("No such pending action is waiting for you.") from None
+    action = (
+        PendingAction.objects.owned_by(user).filter(pk=pk).select_related("conversation").first()
+    )
+    if action is None:
+        raise ActionNotFound("No such pending action is waiting for you.")
+    return action
+
+
+def _opened(action_id: Any, context: CallContext) -> tuple[Call, Outcome | None]:
+    """The action's call, through the decision steps (not yet claimed)."""
+    action = _waiting(action_id, context.user)
+    context = context.but(conversation=action.conversation)
+    call = Call(action.operation, action.entities, context, action=action)
+    return call, decide(call, CONFIRMATION)
+
+
+def _claimed_here(call: Call, stopped: Outcome | None) -> Outcome:
+    """The sync tail: claim, run, audit."""
+    outcome = stopped or claim(call) or run_sync(call)
+    return audited(call, outcome)
+
+
+async def _claimed_in_loop(call: Call, stopped: Outcome | None) -> Outcome:
+    """The async tail: ready (a toolset's), claim, run, audit."""
+    if stopped is not None:
+        return await aaudited(call, stopped)
+    async with toolset_session(call):
+        outcome = await make_ready(call) or await sync_to_async(claim)(call)
+        return await aaudited(call, outcome or await run_async(call))
+
+
+def confirm_action(action_id: Any, *, context: CallContext | None = None, **where: Any) -> Outcome:
+    """Run a pending action once for its owner; raises ``ActionNotFound`` / ``AlreadyDecided``."""
+    call, stopped = _opened(action_id, context_of(context, where))
+    if stopped is None and call.tool is not None and call.tool.toolset is not None:
+        return async_to_sync(_claimed_in_loop)(call, stopped)
+    return _claimed_here(call, stopped)
 
 
 async def aconfirm_action(
-    action_id: Any,
-    *,
-    user: Any,
-    source: str = "api",
-    request_ip: str | None = None,
-    site: ToolRegistry = registry,
-    cancel: CancellationToken | None = None,
-    session: Any = None,
+    action_id: Any, *, context: CallContext | None = None, **where: Any
 ) -> Outcome:
-    return await _aconfirm(action_id, user, source, request_ip, site, cancel, session)
+    call, stopped = await sync_to_async(_opened)(action_id, context_of(context, where))
+    if stopped is None and not runs_in_loop(call.tool):
+        return await in_one_hop(_claimed_here, call, stopped)
+    return await _claimed_in_loop(call, stopped)
 
 
-async def _aconfirm(
-    action_id: Any,
-    user: Any,
-    source: str,
-    request_ip: str | None,
-    site: ToolRegistry,
-    cancel: CancellationToken | None,
-    session: Any = None,
-) -> Outcome:
-    call, outcome = await sync_to_async(_confirm_checks)(
-        action_id, user, source, request_ip, site, cancel
-    )
-    if outcome is None and call.tool is not None and call.tool.toolset is not None:
-        from .lifecycle import new_session
-
-        own = session is None
-        call.session = session if session is not None else new_session()
-        try:
-            outcome = await _ready(call) or await _run_async(call, confirmed=True)
-            return await _aaudited(call, outcome)
-        finally:
-            if own:
-                await call.session.stop()
-    if outcome is None:
-        if call.tool is not None and not call.tool.is_async:
-            return await _in_one_hop(_run_and_audit, call)
-        outcome = await _run_async(call, confirmed=True)
-    return await _aaudited(call, outcome)
-
-
-def _is_uuid(value: Any) -> bool:
+def cancel_action(action_id: Any, *, context: CallContext | None = None, **where: Any) -> Outcome:
+    """Refuse a pending action (audited ``cancelled``); raises ``ActionNotFound`` / ``AlreadyDecided``."""
+    context = context_of(context, where)
     try:
-        uuid.UUID(str(value))
-    except ValueError:
-        return False
-    return True
-
-
-def _run_and_audit(call: _Call) -> Outcome:
-    return _audited(call, _run_sync(call, confirmed=True))
-
-
-def _cancel(
-    action_id: Any, user: Any, source: str, request_ip: str | None, site: ToolRegistry
-) -> Outcome:
-    try:
-        action = PendingAction.decide(action_id, user, PendingAction.Status.CANCELLED, site=site)
+        action = PendingAction.decide(
+            action_id, context.user, PendingAction.Status.CANCELLED, site=context.site
+        )
     except ActionExpired as exc:
         action = PendingAction.objects.get(pk=action_id)
-        call = _Call(
-            action.operation, action.entities, user, action.conversation, source, request_ip, site
-        )
-        call.action = action
-        call.tool = site._tools.get(action.operation)
-        return _audited(call, call.stop(Decision.EXPIRED, exc))
-    call = _Call(
-        action.operation, action.entities, user, action.conversation, source, request_ip, site
-    )
-    call.action = action
-    call.tool = site._tools.get(action.operation)
-    return _audited(
-        call,
-        call.finish(Decision.CANCELLED, result=ToolResult(text=f"Cancelled {action.operation}.")),
-    )
+        call = _refusal(action, context)
+        return audited(call, call.stop(Decision.EXPIRED, exc))
+    call = _refusal(action, context)
+    result = ToolResult(text=f"Cancelled {action.operation}.")
+    return audited(call, call.finish(Decision.CANCELLED, result=result))
 
 
-def cancel_action(
-    action_id: Any,
-    *,
-    user: Any,
-    source: str = "api",
-    request_ip: str | None = None,
-    site: ToolRegistry = registry,
-) -> Outcome:
-    """Refuse a pending action (audited ``cancelled``); raises ``ActionNotFound`` / ``AlreadyDecided``."""
-    return _cancel(action_id, user, source, request_ip, site)
+def _refusal(action: PendingAction, context: CallContext) -> Call:
+    context = context.but(conversation=action.conversation)
+    return Call(
+        action.operation,
+        action.entities,
+        context,
+        tool=context.site.find(action.operation),
+        action=action,
+    )
 
 
 async def acancel_action(
-    action_id: Any,
-    *,
-    user: Any,
-    source: str = "api",
-    request_ip: str | None = None,
-    site: ToolRegistry = registry,
+    action_id: Any, *, context: CallContext | None = None, **where: Any
 ) -> Outcome:
-    return await sync_to_async(_cancel)(action_id, user, source, request_ip, site)
+    return await sync_to_async(cancel_action)(action_id, context=context_of(context, where))
 
 
 def record_action(
     request: Any, operation: str, entities: dict[str, Any], *, domain: str = ""
 ) -> int:
     """Audit a staff action taken outside dispatch (the admin's Run now, Cancel job)."""
-    user = request.user if request.user.is_authenticated else None
-    return AuditEntry.objects.create(
-        user=user,
-        username=user.get_username() if user is not None else "",
-        operation=operation[:64],
-        domain=domain,
-        decision=Decision.EXECUTED,
-        entities=jsonable(entities),
-        source="admin",
-        request_ip=request.META.get("REMOTE_ADDR") or None,
-    ).pk
+    context = CallContext(
+        user=request.user, source="admin", request_ip=request.META.get("REMOTE_ADDR") or None
+    )
+    outcome = Outcome(operation=operation, decision=Decision.EXECUTED, entities=storable(entities))
+    return write_audit(context, outcome, domain=domain)

@@ -30,13 +30,13 @@ from .chat import (
     launch_message,
 )
 from .conf import assistant_settings
-from .dispatch import redacted
 from .eventlog import event_log
 from .exceptions import AssistantError, Throttled
 from .jobs import cancel_job
 from .lifecycle import ToolSession, bind_process_session, new_session
 from .models import Conversation, Message, PendingAction
 from .permissions import access_for, refresh_access, reread_access
+from .redaction import redacted
 from .runner import group_name, job_relay, loop_state, request_stop
 
 logger = logging.getLogger("assistant.consumers")

@@ -1,10 +1,19 @@
-"""The only door into a handler: look up → validate → authorize → confirmation gate → run → audit."""
+"""The only door into a handler: look up → validate → authorize → ready → gate → run → audit.
+
+The pipeline is written once. Its decision steps (``DECISIONS``) are one ordered sequence that
+dispatch, confirmation (``confirmation.py``), the catalog's availability filter and the evals'
+judge all use; ``dispatch`` and ``adispatch`` pick the sync or the async run once, the way
+django-tasks' ``call`` / ``acall`` do, and every call that reaches them writes one audit entry
+(``write_audit``, the one writer of the trail).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import threading
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from time import perf_counter
 from typing import Any
@@ -18,12 +27,23 @@ from .exceptions import (
     AssistantError,
     InvalidEntities,
     PermissionDenied,
+    ToolNotReady,
+    ToolTimeout,
+    ToolUnavailable,
     UnknownOperation,
 )
-from .lifecycle import CancellationToken, Cancelled
+from .jobs import JobManager
+from .lifecycle import (
+    CancellationToken,
+    Cancelled,
+    ToolLifecycleState,
+    ToolSession,
+    new_session,
+    process_session,
+)
 from .models import AuditEntry, Conversation, PendingAction
-from .permissions import UserAccess, aaccess_for, access_for, denials
-from .redaction import redact_text, sensitive_values
+from .permissions import UserAccess, access_for, cached_access, denials
+from .redaction import redact_text, redacted_entities, sensitive_values
 from .registry import AssistantTool, ToolCall, ToolRegistry, ToolResult, registry
 from .storable import UNSTORABLE_CHARACTERS, plain, storable, storable_text
 
@@ -38,6 +58,32 @@ DECISION_STATUS = {
     Decision.CANCELLED: 200,
     Decision.CONFIRMATION_REQUESTED: 202,
 }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CallContext:
+    """Who calls, from where, in which conversation, with which stop token and tool session."""
+
+    user: Any
+    source: str = "api"
+    conversation: Conversation | None = None
+    request_ip: str | None = None
+    cancel: CancellationToken | None = None
+    session: ToolSession | None = None
+    site: ToolRegistry = registry
+
+    def but(self, **changes: Any) -> CallContext:
+        """This context with some fields changed (a child stop token, the action's conversation)."""
+        return replace(self, **changes)
+
+
+def context_of(context: CallContext | None, where: dict[str, Any]) -> CallContext:
+    """The call's context: the one given, or one made of keyword arguments (never both)."""
+    if context is None:
+        return CallContext(**where)
+    if where:
+        raise TypeError(f"pass either context= or {', '.join(sorted(where))}, not both")
+    return context
 
 
 @dataclass(kw_only=True, slots=True)
@@ -79,57 +125,27 @@ class Outcome:
         return self.error.message if self.error is not None else ""
 
 
-def jsonable(values: dict[str, Any]) -> dict[str, Any]:
-    """Validated entities as plain, storable JSON (what a pending action stores and re-validates)."""
-    stored: dict[str, Any] = storable(values)
-    return stored
-
-
-def audit_entities(tool: AssistantTool | None, raw: Any) -> dict[str, Any]:
-    """The entities as they may be stored: sensitive and unrecognised values redacted."""
-    if not raw:
-        return {}
-    placeholder = assistant_settings.REDACTED
-    if not isinstance(raw, dict):
-        return {"entities": placeholder}
-    known = tool.entity_map if tool is not None else {}
-    sensitive = tool.sensitive_entities if tool is not None else frozenset()
-    visible = {
-        str(name): (value if name in known and name not in sensitive else placeholder)
-        for name, value in raw.items()
-    }
-    return jsonable(visible)
-
-
-def redacted(operation: Any, entities: Any, site: ToolRegistry = registry) -> dict[str, Any]:
-    """Entities as they may be shown (chat, API) — the same view the audit stores."""
-    tool = site._tools.get(operation) if isinstance(operation, str) else None
-    return audit_entities(tool, entities)
-
-
-def write_audit(call: _Call, outcome: Outcome) -> int:
-    """Append one audit entry for a finished call: the single place the trail is written."""
-    user = call.user if call.user is not None and call.user.is_authenticated else None
-    tool = call.tool
+def write_audit(context: CallContext, outcome: Outcome, *, domain: str | None = None) -> int:
+    """Append one audit entry: the single place the trail is written (staff actions too)."""
+    user = context.user if context.user is not None and context.user.is_authenticated else None
+    tool = outcome.tool
     return AuditEntry.objects.create(
         user=user,
         username=user.get_username() if user is not None else "",
-        operation=storable_text(call.operation[:64]) if isinstance(call.operation, str) else "",
-        domain=tool.domain if tool else "",
+        operation=storable_text(outcome.operation[:64])
+        if isinstance(outcome.operation, str)
+        else "",
+        domain=domain if domain is not None else (tool.domain if tool else ""),
         risk_level=tool.risk_level.value if tool else "",
         decision=outcome.audit_decision or outcome.decision,
         entities=storable(outcome.entities),
         duration_ms=outcome.duration_ms,
         error=storable_text(outcome.error_summary),
-        source=call.source,
-        request_ip=call.request_ip,
-        conversation=call.conversation,
-        pending_action=call.action,
+        source=context.source,
+        request_ip=context.request_ip,
+        conversation=context.conversation,
+        pending_action=outcome.pending_action,
     ).pk
-
-
-async def awrite_audit(call: _Call, outcome: Outcome) -> int:
-    return await sync_to_async(write_audit)(call, outcome)
 
 
 def _error_summary(exc: BaseException) -> str:
@@ -181,19 +197,6 @@ def _confirmation_summary(tool: AssistantTool, entities: dict[str, Any]) -> str:
     return f"{tool.operation}({shown}) is {tool.risk_level} and needs your confirmation."
 
 
-def _resolve_instance(tool: AssistantTool, values: dict[str, Any]) -> Any:
-    entity, label = tool.object_check  # type: ignore[misc]
-    model = apps.get_model(label)
-    value = values.get(entity)
-    instance = None
-    if value is not None:
-        try:
-            instance = model._default_manager.filter(pk=value).first()
-        except (ValueError, TypeError):
-            instance = None
-    return instance
-
-
 def _no_such_object(tool: AssistantTool) -> InvalidEntities:
     entity, label = tool.object_check  # type: ignore[misc]
     return InvalidEntities(
@@ -201,133 +204,69 @@ def _no_such_object(tool: AssistantTool) -> InvalidEntities:
     )
 
 
-class _Call:
-    """One dispatch in flight: the pieces the sync and async paths share."""
+class Call:
+    """One call in flight through the pipeline: its context and what the steps found so far."""
 
     __slots__ = (
         "access",
         "action",
         "cancel",
-        "conversation",
+        "confirmed",
+        "context",
         "instance",
         "operation",
         "raw",
-        "request_ip",
-        "session",
-        "site",
-        "source",
         "started",
         "tool",
         "toolset",
-        "user",
         "values",
     )
 
     def __init__(
         self,
-        operation: str,
+        operation: Any,
         raw: Any,
-        user: Any,
-        conversation: Conversation | None,
-        source: str,
-        request_ip: str | None,
-        site: ToolRegistry,
-        cancel: CancellationToken | None = None,
-        session: Any = None,
+        context: CallContext,
+        *,
+        tool: AssistantTool | None = None,
+        action: PendingAction | None = None,
     ) -> None:
         self.started = perf_counter()
-        self.cancel = cancel
-        self.session = session
-        self.toolset: Any = None
         self.operation = operation
         self.raw = raw
-        self.user = user
-        self.conversation = conversation
-        self.source = source
-        self.request_ip = request_ip
-        self.site = site
-        self.tool: AssistantTool | None = None
+        self.context = context
+        self.cancel = context.cancel
+        self.tool = tool
+        self.action = action
+        self.confirmed = action is not None  # a pending action's call: the gate is its claim
         self.values: dict[str, Any] = {}
         self.access: UserAccess | None = None
-        self.action: PendingAction | None = None
         self.instance: Any = None
-
-    def check(self) -> Outcome | None:
-        """Look up (unless the caller already did) and validate; an Outcome stops the call."""
-        if self.tool is None:
-            try:
-                self.tool = self.site.get(self.operation)
-            except UnknownOperation as exc:
-                return self.stop(Decision.UNKNOWN, exc)
-        try:
-            self.values = self.tool.validate(self.raw)
-        except InvalidEntities as exc:
-            return self.stop(Decision.INVALID, exc)
-        return None
-
-    def authorize(self) -> Outcome | None:
-        """Tool-level permission check against the (already loaded) access snapshot."""
-        assert self.tool is not None and self.access is not None
-        if denials(self.access, self.tool):
-            return self.stop(
-                Decision.DENIED,
-                PermissionDenied(f"You do not have permission to use {self.tool.operation}."),
-            )
-        return None
-
-    def authorize_instance(self) -> Outcome | None:
-        """Object-level check; a missing or forbidden instance look the same to the caller."""
-        assert self.tool is not None and self.access is not None
-        if self.tool.object_check is None:
-            return None
-        self.instance = _resolve_instance(self.tool, self.values)
-        if self.instance is None:
-            return self.stop(Decision.INVALID, _no_such_object(self.tool))
-        if denials(self.access, self.tool, self.instance):
-            # The caller sees what a missing instance gives; only the audit says denied.
-            outcome = self.stop(Decision.INVALID, _no_such_object(self.tool))
-            outcome.audit_decision = Decision.DENIED
-            return outcome
-        return None
+        self.toolset: Any = None
 
     def tool_call(self) -> ToolCall:
         assert self.tool is not None
+        context = self.context
         return ToolCall(
             tool=self.tool,
             entities=self.values,
-            user=self.user,
-            conversation=self.conversation,
+            user=context.user,
+            conversation=context.conversation,
             settings=assistant_settings,
-            source=self.source,
-            request_ip=self.request_ip,
+            source=context.source,
+            request_ip=context.request_ip,
             pending_action=self.action,
             instance=self.instance,
             cancel=self.cancel or CancellationToken(),
             toolset=self.toolset,
-            session=self.session,
+            session=context.session,
+            jobs=JobManager(
+                user=context.user, conversation=context.conversation, operation=self.tool.operation
+            ),
         )
 
-    def open_action(self) -> Outcome:
-        assert self.tool is not None
-        stored = jsonable(self.values)
-        action = PendingAction.open(
-            user=self.user,
-            operation=self.tool.operation,
-            entities=stored,
-            ttl_seconds=float(assistant_settings.CONFIRMATION_TTL),
-            conversation=self.conversation,
-            summary=_confirmation_summary(self.tool, audit_entities(self.tool, stored)),
-        )
-        self.action = action
-        return self.finish(Decision.CONFIRMATION_REQUESTED)
-
-    def finished(self, value: Any, confirmed: bool) -> Outcome:
-        assert self.tool is not None
-        try:
-            result = _as_result(value, self.tool.operation)
-        except TypeError as exc:
-            return self.failed(exc)
-        return self.finish(Decision.CONFIRMED if confirmed else Decision.EXECUTED, result=result)
+    def stop(self, decision: str, error: AssistantError) -> Outcome:
+        return self.finish(decision, error=error, error_summary=error.message)
 
     def failed(self, exc: Exception) -> Outcome:
         assert self.tool is not None
@@ -337,8 +276,15 @@ class _Call:
             decision, error=error, error_summary=redact_text(_error_summary(exc), secrets)
         )
 
-    def stop(self, decision: str, error: AssistantError) -> Outcome:
-        return self.finish(decision, error=error, error_summary=error.message)
+    def finished(self, value: Any) -> Outcome:
+        assert self.tool is not None
+        try:
+            result = _as_result(value, self.tool.operation)
+        except TypeError as exc:
+            return self.failed(exc)
+        return self.finish(
+            Decision.CONFIRMED if self.confirmed else Decision.EXECUTED, result=result
+        )
 
     def finish(
         self,
@@ -348,35 +294,168 @@ class _Call:
         error: AssistantError | None = None,
         error_summary: str = "",
     ) -> Outcome:
-        duration_ms = (perf_counter() - self.started) * 1000
         return Outcome(
             operation=self.operation,
             decision=str(decision),
-            entities=audit_entities(self.tool, self.raw),
+            entities=redacted_entities(self.tool, self.raw),
             tool=self.tool,
             result=result,
             pending_action=self.action,
             error=error,
             error_summary=error_summary,
-            duration_ms=duration_ms,
+            duration_ms=(perf_counter() - self.started) * 1000,
         )
 
 
-def _audited(call: _Call, outcome: Outcome) -> Outcome:
-    outcome.audit_id = write_audit(call, outcome)
-    return outcome
+# -- the decision steps: each returns None (go on) or the Outcome that stops the call ----------
+
+Step = Callable[[Call], Outcome | None]
 
 
-async def _aaudited(call: _Call, outcome: Outcome) -> Outcome:
-    outcome.audit_id = await awrite_audit(call, outcome)
-    return outcome
+def look_up(call: Call) -> Outcome | None:
+    """The tool the operation names (unless the caller already found it)."""
+    if call.tool is None:
+        try:
+            call.tool = call.context.site.get(call.operation)
+        except UnknownOperation as exc:
+            return call.stop(Decision.UNKNOWN, exc)
+    return None
 
 
-def _run_sync(call: _Call, confirmed: bool) -> Outcome:
+def validate(call: Call) -> Outcome | None:
+    """The entities checked against the handler's signature."""
+    assert call.tool is not None
+    try:
+        call.values = call.tool.validate(call.raw)
+    except InvalidEntities as exc:
+        return call.stop(Decision.INVALID, exc)
+    return None
+
+
+def authorize(call: Call) -> Outcome | None:
+    """The tool-level permission check, against the user's access snapshot (loaded once)."""
+    assert call.tool is not None
+    if call.access is None:
+        call.access = access_for(call.context.user)
+    if denials(call.access, call.tool):
+        return call.stop(
+            Decision.DENIED,
+            PermissionDenied(f"You do not have permission to use {call.tool.operation}."),
+        )
+    return None
+
+
+def authorize_instance(call: Call) -> Outcome | None:
+    """The object-level check; a missing and a forbidden instance look the same to the caller."""
+    tool = call.tool
+    assert tool is not None and call.access is not None
+    if tool.object_check is None:
+        return None
+    entity, label = tool.object_check
+    value = call.values.get(entity)
+    if value is not None:
+        try:
+            call.instance = apps.get_model(label)._default_manager.filter(pk=value).first()
+        except (ValueError, TypeError):
+            call.instance = None
+    if call.instance is None:
+        return call.stop(Decision.INVALID, _no_such_object(tool))
+    if denials(call.access, tool, call.instance):
+        # The caller sees what a missing instance gives; only the audit says denied.
+        outcome = call.stop(Decision.INVALID, _no_such_object(tool))
+        outcome.audit_decision = Decision.DENIED
+        return outcome
+    return None
+
+
+DECISIONS: tuple[Step, ...] = (look_up, validate, authorize, authorize_instance)
+
+
+def decide(call: Call, steps: Sequence[Step] = DECISIONS) -> Outcome | None:
+    """Run the decision steps in order; the first Outcome stops the call."""
+    for step in steps:
+        outcome = step(call)
+        if outcome is not None:
+            return outcome
+    return None
+
+
+def _decides_in_loop(call: Call) -> bool:
+    """Whether the decision steps need no database: the access snapshot is fresh, no object."""
+    tool = call.tool
+    if tool is None or tool.object_check is not None:
+        return False
+    call.access = cached_access(call.context.user)
+    return call.access is not None
+
+
+async def adecide(call: Call, steps: Sequence[Step] = DECISIONS) -> Outcome | None:
+    """``decide`` from the event loop: in the loop when no step needs the database, else one hop."""
+    if _decides_in_loop(call):
+        return decide(call, steps)
+    return await sync_to_async(decide)(call, steps)
+
+
+def failed_toolsets(session: ToolSession | None) -> set[Any]:
+    """The toolsets whose start failed where a call from here would run (the catalog hides them)."""
+    where = session if session is not None else process_session()
+    return where.failed() if where is not None else set()
+
+
+async def make_ready(call: Call) -> Outcome | None:
+    """Find (or start) the call's toolset instance: not_ready while starting, unavailable if failed."""
+    tool, session = call.tool, call.context.session
+    assert tool is not None
+    if tool.toolset is None:
+        return None
+    assert session is not None
+    state = session.state(tool.toolset)
+    if state is ToolLifecycleState.CREATED:
+        return call.stop(
+            Decision.NOT_READY, ToolNotReady(f"{tool.operation} is still starting; try again.")
+        )
+    if state in (None, ToolLifecycleState.STOPPED, ToolLifecycleState.CANCELLED):
+        await session.start(tool.toolset)
+    instance = session.instance(tool.toolset)
+    if instance is None or instance.state is not ToolLifecycleState.STARTED:
+        return call.stop(
+            Decision.UNAVAILABLE, ToolUnavailable(f"{tool.operation} is not available right now.")
+        )
+    call.toolset = instance
+    return None
+
+
+def open_action(call: Call) -> Outcome:
+    """The confirmation gate: store a pending action instead of running the handler."""
+    tool = call.tool
+    assert tool is not None
+    stored = storable(call.values)
+    call.action = PendingAction.open(
+        user=call.context.user,
+        operation=tool.operation,
+        entities=stored,
+        ttl_seconds=float(assistant_settings.CONFIRMATION_TTL),
+        conversation=call.context.conversation,
+        summary=_confirmation_summary(tool, redacted_entities(tool, stored)),
+    )
+    return call.finish(Decision.CONFIRMATION_REQUESTED)
+
+
+def gated(call: Call) -> bool:
+    """Whether the gate stops this call: it needs confirmation and is not a confirmed action's."""
+    assert call.tool is not None
+    return call.tool.requires_confirmation and not call.confirmed
+
+
+# -- running the handler --------------------------------------------------------------------------
+
+
+def run_sync(call: Call) -> Outcome:
+    """Run the handler on this thread (an async one through ``async_to_sync``)."""
     tool = call.tool
     assert tool is not None
     if tool.timeout is not None:
-        return _run_sync_with_deadline(call, confirmed)
+        return _run_sync_with_deadline(call)
     try:
         if tool.is_async:
             value = async_to_sync(_awaited)(tool, call.tool_call(), call.values)
@@ -384,10 +463,10 @@ def _run_sync(call: _Call, confirmed: bool) -> Outcome:
             value = tool.handler(call.tool_call(), **call.values)
     except Exception as exc:
         return call.failed(exc)
-    return _ended(call, value, confirmed)
+    return _ended(call, value)
 
 
-def _run_sync_with_deadline(call: _Call, confirmed: bool) -> Outcome:
+def _run_sync_with_deadline(call: Call) -> Outcome:
     """A thread cannot be interrupted: at the deadline the handler's token fires, and whatever
     it returns afterwards is discarded as a timeout (an async handler is cut off outright)."""
     tool = call.tool
@@ -415,10 +494,10 @@ def _run_sync_with_deadline(call: _Call, confirmed: bool) -> Outcome:
         timer.cancel()
     if expired.is_set():
         return _timed_out(call)
-    return _ended(call, value, confirmed)
+    return _ended(call, value)
 
 
-def _ended(call: _Call, value: Any, confirmed: bool) -> Outcome:
+def _ended(call: Call, value: Any) -> Outcome:
     """A handler returned: its result, unless the run was stopped meanwhile."""
     if call.cancel is not None and call.cancel.is_cancelled:
         return call.finish(
@@ -427,10 +506,11 @@ def _ended(call: _Call, value: Any, confirmed: bool) -> Outcome:
             error=Cancelled("Stopped while running."),
             error_summary="stopped while running",
         )
-    return call.finished(value, confirmed)
+    return call.finished(value)
 
 
-async def _run_async(call: _Call, confirmed: bool) -> Outcome:
+async def run_async(call: Call) -> Outcome:
+    """Run the handler from the event loop (a sync one in a thread); a stop is audited, then raised."""
     tool = call.tool
     assert tool is not None
     if tool.timeout is not None:
@@ -458,11 +538,11 @@ async def _run_async(call: _Call, confirmed: bool) -> Outcome:
             error=Cancelled("Stopped while running."),
             error_summary="stopped while running",
         )
-        await asyncio.shield(_aaudited(call, outcome))
+        await asyncio.shield(aaudited(call, outcome))
         raise DispatchCancelled(outcome) from None
     except Exception as exc:
         return call.failed(exc)
-    return call.finished(value, confirmed)
+    return call.finished(value)
 
 
 async def _awaited(tool: AssistantTool, tool_call: ToolCall, values: dict[str, Any]) -> Any:
@@ -473,9 +553,7 @@ async def _awaited(tool: AssistantTool, tool_call: ToolCall, values: dict[str, A
     return await asyncio.wait_for(running, tool.timeout)
 
 
-def _timed_out(call: _Call) -> Outcome:
-    from .exceptions import ToolTimeout
-
+def _timed_out(call: Call) -> Outcome:
     assert call.tool is not None
     error = ToolTimeout(
         f"{call.tool.operation} took longer than {call.tool.timeout:g} s and was stopped."
@@ -483,99 +561,15 @@ def _timed_out(call: _Call) -> Outcome:
     return call.finish(Decision.TIMEOUT, error=error, error_summary=error.message)
 
 
-def _decide_sync(call: _Call) -> Outcome:
-    """Everything between lookup and run on the sync path."""
-    outcome = call.check()
-    if outcome is None:
-        call.access = access_for(call.user)
-        outcome = call.authorize() or call.authorize_instance()
-    if outcome is None:
-        if call.tool.requires_confirmation:  # type: ignore[union-attr]
-            return call.open_action()
-        return _run_sync(call, confirmed=False)
+def audited(call: Call, outcome: Outcome) -> Outcome:
+    """The outcome, once its audit entry is written."""
+    outcome.audit_id = write_audit(call.context, outcome)
     return outcome
 
 
-def dispatch(
-    operation: str,
-    entities: dict[str, Any] | None = None,
-    *,
-    user: Any,
-    conversation: Conversation | None = None,
-    source: str = "api",
-    request_ip: str | None = None,
-    site: ToolRegistry = registry,
-    cancel: CancellationToken | None = None,
-    session: Any = None,
-) -> Outcome:
-    """Run one operation for ``user`` through every check, writing exactly one audit entry."""
-    tool = site._tools.get(operation) if isinstance(operation, str) else None
-    if tool is not None and tool.toolset is not None:
-        # Toolsets live on an event loop: their tools take the async path.
-        return async_to_sync(adispatch)(
-            operation,
-            entities,
-            user=user,
-            conversation=conversation,
-            source=source,
-            request_ip=request_ip,
-            site=site,
-            cancel=cancel,
-            session=session,
-        )
-    call = _Call(operation, entities, user, conversation, source, request_ip, site, cancel, session)
-    return _audited(call, _decide_sync(call))
-
-
-async def adispatch(
-    operation: str,
-    entities: dict[str, Any] | None = None,
-    *,
-    user: Any,
-    conversation: Conversation | None = None,
-    source: str = "api",
-    request_ip: str | None = None,
-    site: ToolRegistry = registry,
-    cancel: CancellationToken | None = None,
-    session: Any = None,
-) -> Outcome:
-    """The async twin of ``dispatch``: async handlers are awaited, ORM work runs in a thread.
-
-    A sync tool is dispatched whole in one hop to the sync thread: every step of it is sync
-    work, and each hop costs a thread switch.
-    """
-    tool = site._tools.get(operation) if isinstance(operation, str) else None
-    if tool is not None and tool.toolset is not None:
-        return await _adispatch_toolset(
-            operation, entities, user, conversation, source, request_ip, site, cancel, session
-        )
-    if tool is None or not tool.is_async:
-        return await _in_one_hop(
-            dispatch,
-            operation,
-            entities,
-            user=user,
-            conversation=conversation,
-            source=source,
-            request_ip=request_ip,
-            site=site,
-            cancel=cancel,
-            session=session,
-        )
-    call = _Call(operation, entities, user, conversation, source, request_ip, site, cancel, session)
-    call.tool = tool
-    outcome = call.check()
-    if outcome is None:
-        call.access = await aaccess_for(call.user)
-        outcome = call.authorize()
-        if outcome is None and tool.object_check is not None:
-            outcome = await sync_to_async(call.authorize_instance)()
-    if outcome is None:
-        if tool.requires_confirmation:
-            outcome = await sync_to_async(call.open_action)()
-        else:
-            outcome = await _run_async(call, confirmed=False)
-    return await _aaudited(call, outcome)
+async def aaudited(call: Call, outcome: Outcome) -> Outcome:
+    outcome.audit_id = await sync_to_async(write_audit)(call.context, outcome)
+    return outcome
 
 
 class DispatchCancelled(asyncio.CancelledError):
@@ -586,72 +580,8 @@ class DispatchCancelled(asyncio.CancelledError):
         self.outcome = outcome
 
 
-async def _adispatch_toolset(
-    operation: str,
-    entities: Any,
-    user: Any,
-    conversation: Conversation | None,
-    source: str,
-    request_ip: str | None,
-    site: ToolRegistry,
-    cancel: CancellationToken | None,
-    session: Any,
-) -> Outcome:
-    """A toolset tool: its instance must be started in this session (lazily if need be)."""
-    from .lifecycle import new_session
-
-    own = session is None
-    if own:
-        session = new_session()
-    try:
-        call = _Call(
-            operation, entities, user, conversation, source, request_ip, site, cancel, session
-        )
-        outcome = call.check()
-        if outcome is None:
-            call.access = await aaccess_for(call.user)
-            outcome = call.authorize()
-        if outcome is None:
-            outcome = await _ready(call)
-        if outcome is None and call.tool.object_check is not None:  # type: ignore[union-attr]
-            outcome = await sync_to_async(call.authorize_instance)()
-        if outcome is None:
-            if call.tool.requires_confirmation:  # type: ignore[union-attr]
-                outcome = await sync_to_async(call.open_action)()
-            else:
-                outcome = await _run_async(call, confirmed=False)
-        return await _aaudited(call, outcome)
-    finally:
-        if own:
-            await session.stop()
-
-
-async def _ready(call: _Call) -> Outcome | None:
-    """Find (or start) the call's toolset instance; not_ready while starting, unavailable if failed."""
-    from .exceptions import ToolNotReady, ToolUnavailable
-    from .lifecycle import ToolLifecycleState
-
-    tool, session = call.tool, call.session
-    assert tool is not None and session is not None
-    state = session.state(tool.toolset)
-    if state is ToolLifecycleState.CREATED:
-        return call.stop(
-            Decision.NOT_READY, ToolNotReady(f"{tool.operation} is still starting; try again.")
-        )
-    if state in (None, ToolLifecycleState.STOPPED, ToolLifecycleState.CANCELLED):
-        await session.start(tool.toolset)
-    instance = session.instance(tool.toolset)
-    if instance is None or instance.state is not ToolLifecycleState.STARTED:
-        return call.stop(
-            Decision.UNAVAILABLE,
-            ToolUnavailable(f"{tool.operation} is not available right now."),
-        )
-    call.toolset = instance
-    return None
-
-
-async def _in_one_hop(function: Any, *args: Any, **kwargs: Any) -> Outcome:
-    """Run a sync dispatch in the sync thread; if the run is stopped, wait for what it decided."""
+async def in_one_hop(function: Callable[..., Outcome], *args: Any, **kwargs: Any) -> Outcome:
+    """Run sync pipeline work in the sync thread; if the run is stopped, wait for what it decided."""
     future = asyncio.ensure_future(sync_to_async(function)(*args, **kwargs))
     try:
         return await asyncio.shield(future)
@@ -659,3 +589,95 @@ async def _in_one_hop(function: Any, *args: Any, **kwargs: Any) -> Outcome:
         # A thread cannot be interrupted: the handler sees its token and returns early.
         outcome: Outcome = await future
         raise DispatchCancelled(outcome) from None
+
+
+def runs_in_loop(tool: AssistantTool | None) -> bool:
+    """Whether a tool's call takes the async path: an async handler, or a toolset's (on a loop)."""
+    return tool is not None and (tool.is_async or tool.toolset is not None)
+
+
+# -- the doors ------------------------------------------------------------------------------------
+
+
+def here(call: Call) -> Outcome:
+    """The whole pipeline on this thread: decide, gate, run, audit."""
+    outcome = decide(call)
+    if outcome is None:
+        outcome = open_action(call) if gated(call) else run_sync(call)
+    return audited(call, outcome)
+
+
+@asynccontextmanager
+async def toolset_session(call: Call) -> AsyncIterator[None]:
+    """A toolset's call that brings no tool session gets its own, stopped when the call ends."""
+    tool = call.tool
+    if call.context.session is not None or tool is None or tool.toolset is None:
+        yield
+        return
+    session = new_session()
+    call.context = call.context.but(session=session)
+    try:
+        yield
+    finally:
+        await session.stop()
+
+
+async def in_loop(call: Call) -> Outcome:
+    """The whole pipeline from the event loop: decide, ready, gate, run, audit."""
+    async with toolset_session(call):
+        outcome = await adecide(call) or await make_ready(call)
+        if outcome is None:
+            outcome = (
+                await sync_to_async(open_action)(call) if gated(call) else await run_async(call)
+            )
+        return await aaudited(call, outcome)
+
+
+def dispatch(
+    operation: str,
+    entities: dict[str, Any] | None = None,
+    *,
+    context: CallContext | None = None,
+    **where: Any,
+) -> Outcome:
+    """Run one operation through every step, writing exactly one audit entry.
+
+    Pass a ``CallContext`` or its fields as keywords (``user=``, ``source=``, ...). A toolset's
+    tool lives on an event loop: its call takes the async pipeline.
+    """
+    context = context_of(context, where)
+    call = Call(operation, entities, context, tool=context.site.find(operation))
+    if call.tool is not None and call.tool.toolset is not None:
+        return async_to_sync(in_loop)(call)
+    return here(call)
+
+
+async def adispatch(
+    operation: str,
+    entities: dict[str, Any] | None = None,
+    *,
+    context: CallContext | None = None,
+    **where: Any,
+) -> Outcome:
+    """The async twin of ``dispatch``: a sync tool's whole pipeline goes to the sync thread in one hop."""
+    context = context_of(context, where)
+    call = Call(operation, entities, context, tool=context.site.find(operation))
+    if runs_in_loop(call.tool):
+        return await in_loop(call)
+    return await in_one_hop(here, call)
+
+
+def preview(operation: str, entities: Any, context: CallContext) -> Outcome:
+    """What dispatch would decide, judged by the same steps but neither run nor audited.
+
+    A call the steps pass comes back ``executed`` (or ``confirmation_requested``) with no result
+    and its validated entities, redacted as the audit stores them.
+    """
+    call = Call(operation, entities, context, tool=context.site.find(operation))
+    stopped = decide(call)
+    if stopped is not None:
+        return stopped
+    assert call.tool is not None
+    outcome = call.finish(Decision.CONFIRMATION_REQUESTED if gated(call) else Decision.EXECUTED)
+    outcome.entities = redacted_entities(call.tool, storable(call.values))
+    return outcome

@@ -22,10 +22,9 @@ from django.db import transaction
 
 from . import events
 from .chat import Turn
-from .dispatch import Outcome, _Call, audit_entities, jsonable
+from .dispatch import CallContext, Outcome, preview
 from .exceptions import AssistantError
 from .models import AuditEntry, Conversation, Message
-from .permissions import access_for
 from .planner import get_planner
 from .registry import ToolRegistry, ToolResult, registry
 from .validation import Outcome as Finding
@@ -128,20 +127,9 @@ def judge(operation: str, entities: Any, user: Any, site: ToolRegistry) -> Outco
 
     Dispatch's own steps: lookup, validation, the tool and the object permission checks.
     """
-    call = _Call(operation, entities, user, None, "eval", None, site)
-    stopped = call.check()
-    if stopped is None:
-        call.access = access_for(user)
-        stopped = call.authorize() or call.authorize_instance()
-    if stopped is not None:
-        return stopped
-    assert call.tool is not None
-    decision = (
-        Decision.CONFIRMATION_REQUESTED if call.tool.requires_confirmation else Decision.EXECUTED
-    )
-    outcome = call.finish(decision, result=ToolResult(text=NOT_RUN))
-    # the validated values (what the planner meant), sensitive ones redacted as in the audit
-    outcome.entities = audit_entities(call.tool, jsonable(call.values))
+    outcome = preview(operation, entities, CallContext(user=user, source="eval", site=site))
+    if outcome.error is None:
+        outcome.result = ToolResult(text=NOT_RUN)
     return outcome
 
 

@@ -18,7 +18,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 from django import db
@@ -33,9 +33,6 @@ from .conf import assistant_settings
 from .exceptions import AssistantError
 from .lifecycle import CancellationToken, Cancelled
 from .models import Job, Message
-
-if TYPE_CHECKING:
-    from .registry import ToolCall
 
 logger = logging.getLogger("assistant.jobs")
 
@@ -65,10 +62,12 @@ def _path_of(function: Callable[..., Any]) -> str:
 class JobManager:
     """``call.jobs``: enqueue long work for this call's user and conversation."""
 
-    def __init__(self, call: ToolCall | None = None, *, user: Any = None, conversation: Any = None):
-        self.user = call.user if call is not None else user
-        self.conversation = call.conversation if call is not None else conversation
-        self.operation = call.operation if call is not None else ""
+    __slots__ = ("conversation", "operation", "user")
+
+    def __init__(self, *, user: Any = None, conversation: Any = None, operation: str = "") -> None:
+        self.user = user
+        self.conversation = conversation
+        self.operation = operation
 
     def enqueue(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Job:
         """Create the job row and hand it to the task backend; returns at once."""

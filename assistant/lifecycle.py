@@ -349,12 +349,16 @@ _process_sessions: dict[asyncio.AbstractEventLoop, ToolSession] = {}
 
 
 def process_session() -> ToolSession | None:
-    """This server loop's process-scoped toolsets, once a server bound them (else None)."""
+    """This server's process-scoped toolsets, once a server bound them (else None).
+
+    On a loop, that loop's; from a thread with no loop (a sync view of an ASGI server), the
+    server loop's, if this process runs exactly one.
+    """
     try:
-        loop = asyncio.get_running_loop()
+        return _process_sessions.get(asyncio.get_running_loop())
     except RuntimeError:
-        return None
-    return _process_sessions.get(loop)
+        running = [s for loop, s in list(_process_sessions.items()) if not loop.is_closed()]
+        return running[0] if len(running) == 1 else None
 
 
 def bind_process_session() -> ToolSession:

@@ -14,7 +14,8 @@ from django.db import models
 from django.utils import timezone
 
 from .exceptions import ActionExpired, ActionNotFound, AlreadyDecided
-from .registry import RiskLevel
+from .redaction import redacted
+from .registry import RiskLevel, registry
 from .storable import storable, storable_text
 
 
@@ -214,9 +215,6 @@ class PendingAction(models.Model):
 
     def forgotten(self, site: Any = None) -> dict[str, Any]:
         """The fields a decided action keeps: redacted entities (and no digest of the secrets)."""
-        from .dispatch import redacted
-        from .registry import registry
-
         entities = redacted(self.operation, self.entities, site if site is not None else registry)
         return {"entities": entities, "entities_digest": entities_digest(entities)}
 

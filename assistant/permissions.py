@@ -18,12 +18,12 @@ from django.dispatch import receiver
 from rest_framework.permissions import BasePermission
 
 from .conf import assistant_settings
+from .models import Tool
+from .registry import AssistantTool, PermissionCheck, ToolRegistry, registry
 
 if TYPE_CHECKING:
     from rest_framework.request import Request
     from rest_framework.views import APIView
-
-    from .registry import AssistantTool, PermissionCheck
 
 # (resource, ACTION) on a model listed in ASSISTANT["RESOURCES"] → that model's permission verb.
 MODEL_ACTIONS = {
@@ -150,9 +150,17 @@ def _load_access(user: Any) -> UserAccess:
     return access
 
 
+def cached_access(user: Any) -> UserAccess | None:
+    """The user's snapshot if one is loaded and still trusted (no query), else None."""
+    if getattr(user, RELOAD_ATTRIBUTE, False):
+        return None
+    access: UserAccess | None = getattr(user, ACCESS_ATTRIBUTE, None)
+    return access
+
+
 async def aaccess_for(user: Any) -> UserAccess:
-    access = getattr(user, ACCESS_ATTRIBUTE, None)
-    if access is not None and not getattr(user, RELOAD_ATTRIBUTE, False):
+    access = cached_access(user)
+    if access is not None:
         return access
     return await sync_to_async(access_for)(user)
 
@@ -313,11 +321,6 @@ def can_use_tool(user: Any, tool: AssistantTool, instance: Any = None) -> bool:
     return not denials(access_for(user), tool, instance)
 
 
-def visible_tools(user: Any, tools: Iterable[AssistantTool]) -> list[AssistantTool]:
-    access = access_for(user)
-    return [tool for tool in tools if not denials(access, tool)]
-
-
 def explain(
     user: Any, tools: Iterable[AssistantTool]
 ) -> list[tuple[AssistantTool, tuple[str, ...]]]:
@@ -326,13 +329,15 @@ def explain(
     return [(tool, denials(access, tool)) for tool in tools]
 
 
+def permission_map(site: ToolRegistry = registry) -> dict[str, tuple[str, ...]]:
+    """Operation → the Django permissions it needs (the ADR's ``INTENT_PERMISSION_CHECKS``)."""
+    return {tool.operation: required_permissions(tool) for tool in site}
+
+
 def create_tool_permissions(using: str = "default", **kwargs: Any) -> None:
     """After ``migrate``: create ``assistant.<resource>_<action>`` for every unmapped pair."""
     from django.contrib.auth.models import Permission
     from django.contrib.contenttypes.models import ContentType
-
-    from .models import Tool
-    from .registry import registry
 
     wanted: dict[str, str] = {}
     for tool in registry:

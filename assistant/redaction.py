@@ -1,17 +1,39 @@
-"""What a sensitive entity held, and text with it blanked out (the one redaction of words).
+"""The one redaction: entities as they may be stored and shown, and text with secrets blanked.
 
-Entities have their own redacted view (``dispatch.audit_entities``); this is for text: the
-user's message, a conversation's title, streamed and stored replies, error summaries.
+Entities: sensitive and unrecognised values become ``ASSISTANT["REDACTED"]`` (the audit, the
+chat, the API, a decided pending action). Text: the user's message, a conversation's title,
+streamed and stored replies, error summaries lose what a sensitive entity held.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .conf import assistant_settings
+from .registry import AssistantTool, ToolRegistry, registry
+from .storable import storable
 
-if TYPE_CHECKING:
-    from .registry import AssistantTool
+
+def redacted_entities(tool: AssistantTool | None, raw: Any) -> dict[str, Any]:
+    """The entities as they may be stored: sensitive and unrecognised values redacted."""
+    if not raw:
+        return {}
+    placeholder = assistant_settings.REDACTED
+    if not isinstance(raw, dict):
+        return {"entities": placeholder}
+    known = tool.entity_map if tool is not None else {}
+    sensitive = tool.sensitive_entities if tool is not None else frozenset()
+    visible = {
+        str(name): (value if name in known and name not in sensitive else placeholder)
+        for name, value in raw.items()
+    }
+    stored: dict[str, Any] = storable(visible)
+    return stored
+
+
+def redacted(operation: Any, entities: Any, site: ToolRegistry = registry) -> dict[str, Any]:
+    """A call's entities as they may be shown, looked up by operation (the audit's view)."""
+    return redacted_entities(site.find(operation), entities)
 
 
 def sensitive_values(tool: AssistantTool | None, entities: Any) -> set[str]:

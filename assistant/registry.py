@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
     from .jobs import JobManager
-    from .lifecycle import CancellationToken
+    from .lifecycle import CancellationToken, ToolSession, Toolset
     from .models import Conversation, PendingAction
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -56,19 +56,13 @@ class ToolCall:
     pending_action: PendingAction | None = None
     instance: Any = None
     cancel: CancellationToken | None = None
-    toolset: Any = None  # the Toolset instance serving a toolset tool
-    session: Any = None  # the ToolSession the call runs in
+    toolset: Toolset | Any = None  # the Toolset instance serving a toolset tool
+    session: ToolSession | None = None  # the tool session the call runs in
+    jobs: JobManager  # ``call.jobs.enqueue(func, *args)`` for long work
 
     @property
     def operation(self) -> str:
         return self.tool.operation
-
-    @property
-    def jobs(self) -> JobManager:
-        """The task manager: ``call.jobs.enqueue(func, *args)`` for long work."""
-        from .jobs import JobManager
-
-        return JobManager(self)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True, eq=False, weakref_slot=True)
@@ -328,6 +322,10 @@ class ToolRegistry:
         del self._tools[operation]
         self._derived.clear()
 
+    def find(self, operation: Any) -> AssistantTool | None:
+        """The tool registered for ``operation``, or None."""
+        return self._tools.get(operation) if isinstance(operation, str) else None
+
     def get(self, operation: str) -> AssistantTool:
         try:
             return self._tools[operation]
@@ -355,37 +353,6 @@ class ToolRegistry:
             "keywords",
             lambda: {word: op for op, tool in self._tools.items() for word in tool.keywords},
         )
-
-    @property
-    def permission_map(self) -> dict[str, tuple[str, ...]]:
-        """Operation → the Django permissions it needs (the ADR's ``INTENT_PERMISSION_CHECKS``)."""
-        from .permissions import required_permissions
-
-        return {op: required_permissions(tool) for op, tool in self._tools.items()}
-
-    def visible_tools(self, user: Any, session: Any = None) -> list[AssistantTool]:
-        """The tools this user may call (in this tool session), in registration order."""
-        from .permissions import visible_tools
-
-        tools: Iterable[AssistantTool] = self._tools.values()
-        if session is not None:
-            failed = session.failed()
-            if failed:
-                tools = [tool for tool in tools if tool.toolset not in failed]
-        return visible_tools(user, tools)
-
-    def get_catalog(
-        self,
-        user: Any,
-        *,
-        style: Literal["openai", "anthropic"] = "openai",
-        session: Any = None,
-    ) -> list[dict[str, Any]]:
-        """The LLM-ready tool list for this user (OpenAI or Anthropic tool format)."""
-        tools = self.visible_tools(user, session)
-        if style == "anthropic":
-            return [tool.anthropic_spec() for tool in tools]
-        return [tool.openai_spec() for tool in tools]
 
 
 registry = ToolRegistry()

@@ -26,10 +26,12 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
+from .catalog import visible_tools
 from .conf import assistant_settings
 from .exceptions import AssistantError, InvalidEntities, InvalidTargetFilter, ToolDefinitionError
 from .jobs import JobContext, JobManager
 from .models import ValidationFinding, ValidationRun, ValidationTask
+from .registry import registry
 
 logger = logging.getLogger("assistant.validation")
 Outcome = ValidationFinding.Outcome
@@ -686,8 +688,6 @@ def tool_access_matrix(target: Any, options: dict[str, Any], run: Any) -> list[V
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Group
 
-    from .registry import registry
-
     verdicts = []
     for tool in registry:
         if tool.risk_level == "dangerous" and not tool.requires_confirmation:
@@ -706,7 +706,7 @@ def tool_access_matrix(target: Any, options: dict[str, Any], run: Any) -> list[V
             )
             user.groups.add(group)
             user = get_user_model()._default_manager.get(pk=user.pk)
-            visible = {tool.operation for tool in registry.visible_tools(user)}
+            visible = {tool.operation for tool in visible_tools(user, site=registry)}
             transaction.set_rollback(True)
         missing, extra = set(expected) - visible, visible - set(expected)
         if missing or extra:

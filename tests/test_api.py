@@ -44,6 +44,7 @@ ALL_TOOLS = sorted(
         "rotate_secret",
         # toolsets and timeouts (diagnostics / database permissions)
         "broken_tool",
+        "outage_status",
         "describe_table",
         "list_tables",
         "overrun",

@@ -20,6 +20,7 @@ from django.utils import timezone
 from guardian.shortcuts import assign_perm
 from rest_framework.test import APIClient
 
+from assistant.catalog import visible_tools
 from assistant.models import AuditEntry, Job, PendingAction, ValidationFinding, ValidationRun
 from assistant.registry import registry
 from assistant.runner import RUNNING
@@ -142,7 +143,7 @@ pytestmark = pytest.mark.django_db
 
 def test_each_role_sees_the_dashboard_tools_the_demo_grants(world: World) -> None:
     def seen(user: Any) -> set[str]:
-        return {tool.operation for tool in registry.visible_tools(user)} & (
+        return {tool.operation for tool in visible_tools(user, site=registry)} & (
             DASHBOARD_TOOLS | {"run_llm_validation"}
         )
 

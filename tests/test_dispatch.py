@@ -7,6 +7,7 @@ import logging
 import pytest
 from django.contrib.auth.models import AnonymousUser
 
+from assistant.catalog import get_catalog
 from assistant.dispatch import adispatch, dispatch
 from assistant.models import AuditEntry, Conversation, PendingAction
 from assistant.planner import Intent
@@ -104,7 +105,7 @@ def test_duration_is_recorded(plain_user):
 
 @pytest.mark.django_db
 def test_a_tool_the_llm_proposes_outside_the_catalog_is_denied_and_audited(reader):
-    catalog = {spec["function"]["name"] for spec in registry.get_catalog(reader)}
+    catalog = {spec["function"]["name"] for spec in get_catalog(reader, site=registry)}
     proposal = Intent(operation="merge_orders", entities={"keep": 1, "remove": 2}, source="llm")
     assert proposal.operation not in catalog
     before = last_audit_id()

@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 
+from assistant.catalog import visible_tools
 from assistant.dispatch import dispatch
 from assistant.planner import Intent
 from assistant.planner.keywords import extract_entities, match_tool, plan
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.django_db
 
 
 def matched(text, user):
-    tool = match_tool(text, registry.visible_tools(user))
+    tool = match_tool(text, visible_tools(user, site=registry))
     return tool.operation if tool else None
 
 

@@ -22,6 +22,7 @@ from assistant import (
     assistant_tool,
     register_toolset,
 )
+from assistant.catalog import get_catalog, visible_tools
 from assistant.chat import arun_turn
 from assistant.dispatch import adispatch, dispatch
 from assistant.exceptions import ToolDefinitionError
@@ -380,10 +381,10 @@ async def test_a_failed_toolsets_tools_leave_that_sessions_catalog(
 ) -> None:
     await session.start(Broken)
 
-    visible = sync_to_async(registry.visible_tools)
-    here = {tool.operation for tool in await visible(diagnostician, session)}
-    elsewhere = {tool.operation for tool in await visible(diagnostician, ToolSession())}
-    specs = await sync_to_async(registry.get_catalog)(diagnostician, session=session)
+    visible = sync_to_async(visible_tools)
+    here = {tool.operation for tool in await visible(diagnostician, session=session)}
+    elsewhere = {tool.operation for tool in await visible(diagnostician, session=ToolSession())}
+    specs = await sync_to_async(get_catalog)(diagnostician, session=session)
     catalog = {spec["function"]["name"] for spec in specs}
 
     assert "broken_tool" not in here

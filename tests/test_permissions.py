@@ -8,9 +8,10 @@ from django.contrib.auth.models import AnonymousUser, Group, Permission
 from guardian.shortcuts import assign_perm, remove_perm
 
 from assistant.api.serializers import OutcomeSerializer
+from assistant.catalog import get_catalog, visible_tools
 from assistant.dispatch import dispatch
 from assistant.models import AuditEntry, PendingAction
-from assistant.permissions import explain, forget_access
+from assistant.permissions import explain, forget_access, permission_map
 from assistant.registry import registry
 from tests.testapp.models import Order
 
@@ -30,11 +31,11 @@ PUBLIC = {
 
 
 def operations(user):
-    return {tool.operation for tool in registry.visible_tools(user)}
+    return {tool.operation for tool in visible_tools(user, site=registry)}
 
 
 def catalog_names(user, style="openai"):
-    catalog = registry.get_catalog(user, style=style)
+    catalog = get_catalog(user, style=style, site=registry)
     if style == "anthropic":
         return {spec["name"] for spec in catalog}
     return {spec["function"]["name"] for spec in catalog}
@@ -45,8 +46,8 @@ def refetch(user):
 
 
 def test_anonymous_user_gets_nothing():
-    assert registry.visible_tools(AnonymousUser()) == []
-    assert registry.get_catalog(AnonymousUser()) == []
+    assert visible_tools(AnonymousUser(), site=registry) == []
+    assert get_catalog(AnonymousUser(), site=registry) == []
 
 
 def test_inactive_user_gets_nothing_whatever_they_hold(make_user):
@@ -77,7 +78,7 @@ def test_catalog_names_exactly_the_visible_tools_in_both_formats(reader):
 
 
 def test_catalog_entries_are_openai_tool_specs(reader):
-    by_name = {spec["function"]["name"]: spec for spec in registry.get_catalog(reader)}
+    by_name = {spec["function"]["name"]: spec for spec in get_catalog(reader, site=registry)}
     spec = by_name["show_report"]
 
     assert spec["type"] == "function"
@@ -87,12 +88,12 @@ def test_catalog_entries_are_openai_tool_specs(reader):
 
 
 def test_pairs_map_to_model_permissions_or_to_the_apps_own():
-    assert registry.permission_map["list_orders"] == ("testapp.view_order",)
-    assert registry.permission_map["cancel_order"] == ("testapp.change_order",)
-    assert registry.permission_map["show_report"] == ("assistant.reports_read",)
-    assert registry.permission_map["store_secret"] == ("assistant.vault_write",)
-    assert registry.permission_map["approve_order"] == ("testapp.approve_order",)
-    assert registry.permission_map["ping"] == ()
+    assert permission_map(registry)["list_orders"] == ("testapp.view_order",)
+    assert permission_map(registry)["cancel_order"] == ("testapp.change_order",)
+    assert permission_map(registry)["show_report"] == ("assistant.reports_read",)
+    assert permission_map(registry)["store_secret"] == ("assistant.vault_write",)
+    assert permission_map(registry)["approve_order"] == ("testapp.approve_order",)
+    assert permission_map(registry)["ping"] == ()
 
 
 def test_a_mapped_pair_grants_the_tools_that_need_it(make_user):
@@ -238,9 +239,9 @@ def test_catalog_costs_at_most_three_queries_for_a_fresh_user(
     fresh = refetch(user)
 
     with django_assert_max_num_queries(3):
-        catalog = registry.get_catalog(fresh)
+        catalog = get_catalog(fresh, site=registry)
     with django_assert_num_queries(0):
-        assert registry.get_catalog(fresh) == catalog
+        assert get_catalog(fresh, site=registry) == catalog
 
     assert {spec["function"]["name"] for spec in catalog} == PUBLIC | {
         "list_orders",
@@ -307,6 +308,7 @@ def test_dispatch_refuses_every_tool_the_catalog_hides(reader):
         "rotate_secret": {"label": "x", "secret": "y"},
         "probe_state": {},
         "broken_tool": {},
+        "outage_status": {},
         "sluggish_tool": {},
         "overrun": {},
         "overrun_sync": {},

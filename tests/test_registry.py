@@ -10,12 +10,14 @@ from django.contrib.auth.models import AnonymousUser
 from django.test import override_settings
 
 from assistant import AssistantTool, ToolCall, ToolResult, assistant_tool
+from assistant.catalog import get_catalog
 from assistant.exceptions import (
     AlreadyRegistered,
     RegistryFrozen,
     ToolDefinitionError,
     UnknownOperation,
 )
+from assistant.permissions import permission_map
 from assistant.registry import RiskLevel, ToolRegistry, registry
 
 
@@ -505,7 +507,7 @@ def test_the_project_keyword_map():
 def test_each_permission_check_maps_to_one_django_permission(site, check, permission):
     declare(site, operation="guarded", public=False, permission_checks=[check])
 
-    assert site.permission_map == {"guarded": (permission,)}
+    assert permission_map(site) == {"guarded": (permission,)}
 
 
 def test_the_permission_map_lists_every_check_in_order_and_nothing_for_public_tools(site):
@@ -517,7 +519,7 @@ def test_the_permission_map_lists_every_check_in_order_and_nothing_for_public_to
     )
     declare(site, operation="ping")
 
-    assert site.permission_map == {
+    assert permission_map(site) == {
         "merge": ("testapp.change_order", "testapp.delete_order", "auth.view_user"),
         "ping": (),
     }
@@ -525,30 +527,30 @@ def test_the_permission_map_lists_every_check_in_order_and_nothing_for_public_to
 
 def test_the_permission_map_follows_registration_and_unregistration(site):
     declare(site, operation="read", public=False, permission_checks=[("orders", "READ")])
-    assert site.permission_map == {"read": ("testapp.view_order",)}
+    assert permission_map(site) == {"read": ("testapp.view_order",)}
 
     declare(site, operation="report", public=False, permission_checks=[("reports", "READ")])
-    assert site.permission_map == {
+    assert permission_map(site) == {
         "read": ("testapp.view_order",),
         "report": ("assistant.reports_read",),
     }
 
     site.unregister("read")
-    assert site.permission_map == {"report": ("assistant.reports_read",)}
+    assert permission_map(site) == {"report": ("assistant.reports_read",)}
 
 
 def test_the_permission_map_follows_the_resources_setting(site):
     declare(site, operation="read", public=False, permission_checks=[("orders", "READ")])
-    assert site.permission_map == {"read": ("testapp.view_order",)}
+    assert permission_map(site) == {"read": ("testapp.view_order",)}
 
     with override_settings(ASSISTANT={"RESOURCES": {}}):
-        assert site.permission_map == {"read": ("assistant.orders_read",)}
+        assert permission_map(site) == {"read": ("assistant.orders_read",)}
 
-    assert site.permission_map == {"read": ("testapp.view_order",)}
+    assert permission_map(site) == {"read": ("testapp.view_order",)}
 
 
 def test_the_project_permission_map():
-    permissions = registry.permission_map
+    permissions = permission_map(registry)
 
     assert permissions["ping"] == ()
     assert permissions["list_orders"] == ("testapp.view_order",)
@@ -597,7 +599,7 @@ def declare_catalog_tools(site: ToolRegistry) -> None:
 def test_the_openai_catalog_format(site, superuser):
     declare_catalog_tools(site)
 
-    assert site.get_catalog(superuser) == [
+    assert get_catalog(superuser, site=site) == [
         {
             "type": "function",
             "function": {
@@ -644,7 +646,7 @@ def test_the_openai_catalog_format(site, superuser):
 def test_the_anthropic_catalog_format(site, superuser):
     declare_catalog_tools(site)
 
-    catalog = site.get_catalog(superuser, style="anthropic")
+    catalog = get_catalog(superuser, style="anthropic", site=site)
 
     assert catalog[2] == {
         "name": "approve",
@@ -665,7 +667,7 @@ def test_the_catalog_holds_only_what_the_user_may_use(site, reader, clerk, plain
     declare_catalog_tools(site)
 
     def names(user: Any) -> list[str]:
-        return [tool["function"]["name"] for tool in site.get_catalog(user)]
+        return [tool["function"]["name"] for tool in get_catalog(user, site=site)]
 
     assert names(plain_user) == ["ping"]
     assert names(reader) == ["ping", "list_orders"]
@@ -677,9 +679,9 @@ def test_anonymous_and_inactive_users_get_an_empty_catalog(site, make_user):
     declare_catalog_tools(site)
     inactive = make_user("retired", "testapp.view_order", is_active=False)
 
-    assert site.get_catalog(AnonymousUser()) == []
-    assert site.get_catalog(inactive) == []
-    assert site.get_catalog(inactive, style="anthropic") == []
+    assert get_catalog(AnonymousUser(), site=site) == []
+    assert get_catalog(inactive, site=site) == []
+    assert get_catalog(inactive, style="anthropic", site=site) == []
 
 
 # --- sync and async handlers -----------------------------------------------------------------

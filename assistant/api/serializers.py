@@ -7,7 +7,7 @@ from typing import Any
 from drf_spectacular.utils import PolymorphicProxySerializer
 from rest_framework import serializers
 
-from ..dispatch import Outcome, redacted
+from ..dispatch import Outcome
 from ..models import (
     AuditEntry,
     Conversation,
@@ -18,6 +18,7 @@ from ..models import (
     ValidationRun,
     ValidationTask,
 )
+from ..redaction import redacted
 
 
 class MessageInput(serializers.Serializer[Any]):

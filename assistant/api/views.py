@@ -28,6 +28,7 @@ from rest_framework.serializers import BaseSerializer
 from rest_framework.throttling import UserRateThrottle
 from rest_framework.views import APIView
 
+from ..catalog import get_catalog, visible_tools
 from ..chat import conversation_for, run_turn
 from ..conf import assistant_settings
 from ..confirmation import cancel_action, confirm_action
@@ -36,7 +37,6 @@ from ..exceptions import AssistantError
 from ..jobs import cancel_job, job_for
 from ..models import AuditEntry, Conversation, Job, PendingAction, ValidationRun, ValidationTask
 from ..permissions import IsAuditViewer
-from ..registry import registry
 from .serializers import (
     AuditEntrySerializer,
     ConversationDetailSerializer,
@@ -263,10 +263,10 @@ class ToolsView(AssistantAPIView):
     def get(self, request: Request) -> Response:
         style = request.query_params.get("style", "inventory")
         if style == "openai" or style == "anthropic":
-            return Response({"tools": registry.get_catalog(request.user, style=style)})  # type: ignore[arg-type]
+            return Response({"tools": get_catalog(request.user, style=style)})  # type: ignore[arg-type]
         if style != "inventory":
             raise exceptions.ValidationError({"style": "choose inventory, openai or anthropic"})
-        tools = registry.visible_tools(request.user)
+        tools = visible_tools(request.user)
         return Response({"tools": ToolSerializer(tools, many=True).data})
 
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 
+from ..catalog import visible_tools
 from ..entities import Entity
 from ..registry import AssistantTool, ToolRegistry, registry
 from . import Intent
@@ -198,7 +199,7 @@ def _plain_values(text: str, tool: AssistantTool) -> list[str]:
 
 def plan(text: str, user: Any, site: ToolRegistry = registry, session: Any = None) -> list[Intent]:
     """Map a message to one intent among the tools this user may use; unmatched → capabilities."""
-    tools = site.visible_tools(user, session)
+    tools = visible_tools(user, session=session, site=site)
     tool = match_tool(text, tools)
     if tool is None:
         if FALLBACK_OPERATION in site:

@@ -15,6 +15,7 @@ from asgiref.sync import sync_to_async
 
 from .. import events
 from ..budgets import check_budget
+from ..catalog import get_catalog
 from ..conf import assistant_settings
 from ..dispatch import Outcome
 from ..exceptions import LLMUnavailable
@@ -91,7 +92,7 @@ class LLMPlanner:
 
     async def converse(self, turn: Turn, config: dict[str, Any]) -> None:
         client = make_client(config)
-        tools = await sync_to_async(turn.site.get_catalog)(turn.user, session=turn.session)
+        tools = await sync_to_async(get_catalog)(turn.user, session=turn.session, site=turn.site)
         earlier = await sync_to_async(history)(turn, int(config["MAX_HISTORY"]))
         messages: list[dict[str, Any]] = [{"role": "system", "content": config["SYSTEM_PROMPT"]}]
         messages += earlier

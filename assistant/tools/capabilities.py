@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from itertools import groupby
 
-from ..registry import ToolCall, ToolResult, assistant_tool, registry
+from ..catalog import visible_tools
+from ..registry import ToolCall, ToolResult, assistant_tool
 
 
 @assistant_tool(
@@ -17,7 +18,7 @@ from ..registry import ToolCall, ToolResult, assistant_tool, registry
 )
 def show_capabilities(call: ToolCall) -> ToolResult:
     tools = sorted(
-        registry.visible_tools(call.user, call.session),
+        visible_tools(call.user, session=call.session),
         key=lambda tool: (tool.domain, tool.operation),
     )
     lines = ["Here is what I can do for you:"]

@@ -19,6 +19,8 @@ import types
 from pathlib import Path
 from typing import Any
 
+from assistant.catalog import get_catalog
+
 ROOT = Path(__file__).resolve().parents[2]
 POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/postgres"
 TOOLS = 500
@@ -112,12 +114,12 @@ def bench_catalog(site: Any) -> tuple[int, float, int]:
     user.groups.add(group)
     user = User.objects.get(pk=user.pk)
     with CaptureQueriesContext(connection) as queries:
-        catalog = site.get_catalog(user)
+        catalog = get_catalog(user, site=site)
     cold_queries = len(queries)
     samples = []
     for _ in range(200):
         started = time.perf_counter()
-        catalog = site.get_catalog(user)
+        catalog = get_catalog(user, site=site)
         samples.append(time.perf_counter() - started)
     return cold_queries, statistics.median(samples) * 1000, len(catalog)
 
@@ -138,6 +140,7 @@ def bench_dispatch(audit: bool, calls: int) -> dict[str, float]:
     from django.contrib.auth.models import Permission, User
 
     import assistant.dispatch as dispatch_module
+    from assistant.jobs import JobManager
     from assistant.registry import ToolCall, ToolRegistry, assistant_tool
 
     site = ToolRegistry("dispatch-bench")
@@ -154,16 +157,16 @@ def bench_dispatch(audit: bool, calls: int) -> dict[str, float]:
     user.user_permissions.add(Permission.objects.get(codename="view_order"))
     user = User.objects.get(pk=user.pk)
     tool = site.get("noop")
-    call = ToolCall(tool=tool, entities={}, user=user)
+    call = ToolCall(tool=tool, entities={}, user=user, jobs=JobManager(user=user))
 
-    real_writer, real_awriter = dispatch_module.write_audit, dispatch_module.awrite_audit
+    real_writer, real_aaudited = dispatch_module.write_audit, dispatch_module.aaudited
 
-    async def no_audit(call: Any, outcome: Any) -> None:
-        return None
+    async def no_audit(call: Any, outcome: Any) -> Any:
+        return outcome
 
     if not audit:
-        dispatch_module.write_audit = lambda call, outcome: None
-        dispatch_module.awrite_audit = no_audit
+        dispatch_module.write_audit = lambda context, outcome, **kwargs: None  # type: ignore[assignment]
+        dispatch_module.aaudited = no_audit  # type: ignore[assignment]
     try:
         dispatch_module.dispatch("noop", user=user, site=site)  # loads the user's permissions
 
@@ -196,7 +199,7 @@ def bench_dispatch(audit: bool, calls: int) -> dict[str, float]:
         async_direct = min(asyncio.run(direct_async()) for _ in range(3))
         async_dispatch = min(asyncio.run(via_adispatch()) for _ in range(3))
     finally:
-        dispatch_module.write_audit, dispatch_module.awrite_audit = real_writer, real_awriter
+        dispatch_module.write_audit, dispatch_module.aaudited = real_writer, real_aaudited
     return {
         "sync": (sync_dispatch - sync_direct) / calls * 1e6,
         "async": (async_dispatch - async_direct) / calls * 1e6,

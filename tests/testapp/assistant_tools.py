@@ -318,6 +318,28 @@ class Broken(Toolset):
 
 
 @register_toolset
+class Outage(Toolset):
+    """A process-wide service that fails to start (one per server process)."""
+
+    name = "outage"
+    scope = "process"
+
+    async def on_start(self, cancel: CancellationToken) -> None:
+        raise ConnectionError("the service is down")
+
+    @assistant_tool(
+        operation="outage_status",
+        domain="diagnostics",
+        description="A tool whose process-wide toolset cannot start",
+        risk_level="safe",
+        permission_checks=[("diagnostics", "RUN")],
+        keywords=["outage status"],
+    )
+    def outage_status(self, call: ToolCall) -> ToolResult:
+        return ToolResult(text="never")
+
+
+@register_toolset
 class Sluggish(Toolset):
     """Takes ``delay`` seconds to start (set it in a test)."""
 

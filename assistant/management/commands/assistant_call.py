@@ -64,7 +64,7 @@ class Command(BaseCommand):
             raise CommandError(f"{outcome.code}: {outcome.text}")
 
     def entities(self, operation: str, pairs: list[str]) -> dict[str, Any]:
-        tool = registry._tools.get(operation)
+        tool = registry.find(operation)
         values: dict[str, Any] = {}
         for pair in pairs:
             match = PAIR_RE.fullmatch(pair.strip())
