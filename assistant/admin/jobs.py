@@ -11,6 +11,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from ..confirmation import record_action
+from ..jobs import announce_completion
 from ..models import Job
 from .base import ReadOnlyAdmin, badge
 
@@ -80,8 +81,6 @@ class JobAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Cancel the selected jobs", permissions=["change"])
     def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        from ..jobs import announce_completion
-
         asked = 0
         for job in queryset.filter(status__in=["queued", "running"]):
             if job.request_cancel():

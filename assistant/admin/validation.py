@@ -14,6 +14,7 @@ from guardian.admin import GuardedModelAdmin
 from ..confirmation import record_action
 from ..exceptions import InvalidEntities
 from ..models import ValidationFinding, ValidationRun, ValidationTask
+from ..validation import ValidationTaskService, check_target_filter, normalise_rules, parse_schedule
 from .base import ReadOnlyAdmin, badge
 
 
@@ -86,8 +87,6 @@ class ValidationTaskForm(forms.ModelForm):  # type: ignore[type-arg]
         ]
 
     def clean(self) -> dict[str, Any]:
-        from ..validation import check_target_filter, normalise_rules, parse_schedule
-
         data: dict[str, Any] = super().clean() or {}
         target_type = data.get("target_type")
         model = target_type.model_class() if target_type is not None else None
@@ -166,8 +165,6 @@ class ValidationTaskAdmin(GuardedModelAdmin):
 
     @admin.action(description="Run now", permissions=["run"])
     def run_now(self, request: HttpRequest, queryset: QuerySet[ValidationTask]) -> None:
-        from ..validation import ValidationTaskService
-
         for task in queryset:
             run = ValidationTaskService.trigger_run(
                 task, ValidationRun.Trigger.USER, user=request.user

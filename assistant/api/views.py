@@ -37,6 +37,7 @@ from ..exceptions import AssistantError
 from ..jobs import cancel_job, job_for
 from ..models import AuditEntry, Conversation, Job, PendingAction, ValidationRun, ValidationTask
 from ..permissions import IsAuditViewer
+from ..validation import ValidationTaskService
 from .serializers import (
     AuditEntrySerializer,
     ConversationDetailSerializer,
@@ -628,8 +629,6 @@ class ValidationTaskListView(AssistantAPIView):
         responses={201: ValidationTaskSerializer},
     )
     def post(self, request: Request) -> Response:
-        from ..validation import ValidationTaskService
-
         if not request.user.has_perm("assistant.add_validationtask"):
             raise exceptions.PermissionDenied("You may not create validation tasks.")
         data = ValidationTaskInput(data=request.data)
@@ -661,8 +660,6 @@ class ValidationTaskRunView(AssistantAPIView):
         responses={202: ValidationRunSerializer},
     )
     def post(self, request: Request, task_id: int) -> Response:
-        from ..validation import ValidationTaskService
-
         task = _task_for(request.user, task_id)
         if not _tasks_for(request.user, "run").filter(pk=task.pk).exists():
             raise exceptions.PermissionDenied("You may not run this validation task.")

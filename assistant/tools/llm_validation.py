@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from ..models import ValidationRun
 from ..registry import ToolCall, ToolResult, assistant_tool
+from ..validation import ValidationTaskService
 
 
 @assistant_tool(
@@ -24,9 +26,6 @@ def run_llm_validation(
     rules: Annotated[list[str] | None, "rule names; default: every rule for the model"] = None,
     name: str | None = None,
 ) -> ToolResult:
-    from ..models import ValidationRun
-    from ..validation import ValidationTaskService
-
     # The task belongs to the user: its runs validate only the records they may view.
     task = ValidationTaskService.create_task(
         name=name or f"Validation of {target}", target=target, owner=call.user, rules=rules

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Annotated
 
+from ..jobs import job_event
 from ..models import Job
 from ..registry import ToolCall, ToolResult, assistant_tool
 
@@ -23,7 +24,6 @@ def get_task_status(
     job = Job.objects.visible_to(call.user).filter(pk=task_id).first()
     if job is None:
         return ToolResult(text=f"No job {task_id} of yours.")
-    from ..jobs import job_event
 
     name = job.operation or job.function.rsplit(".", 1)[-1]
     if job.status == Job.Status.RUNNING:
