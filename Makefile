@@ -44,8 +44,13 @@ lint: $(BIN)/.installed
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy assistant
 
+# Two suites, one pytest run each (pytest-django configures one settings module per process): the
+# app's (tests.settings, no example project installed), then the example project's.
+EXAMPLE_SUITE := --ds tests.example.settings tests/example
+
 pytest: $(BIN)/.installed
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(EXAMPLE_SUITE) $(PYTEST_ARGS)
 
 test: lint typecheck pytest
 

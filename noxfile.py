@@ -1,9 +1,10 @@
 """The version matrix: every supported (Python, Django) pair, each in its own virtualenv.
 
 `nox -l` lists the sessions; `nox -s "tests-3.13(django='5.2')"` runs one. `tests` runs the
-whole suite on SQLite (unless DATABASE_URL is set, as for `make test`), `tests_postgres` on
-PostgreSQL and Redis (DATABASE_URL and REDIS_URL, or the local defaults) with a missing service
-an error, `package` builds the sdist and wheel and checks them with twine.
+whole suite (the app's, then the example project's, both given the session's arguments) on
+SQLite (unless DATABASE_URL is set, as for `make test`), `tests_postgres` on PostgreSQL and
+Redis (DATABASE_URL and REDIS_URL, or the local defaults) with a missing service an error,
+`package` builds the sdist and wheel and checks them with twine.
 A session installs requirements.txt with only its Django version (and what that needs) swapped.
 """
 
@@ -31,6 +32,8 @@ DJANGO = {
 }
 LOCAL_POSTGRES = "postgres://postgres@127.0.0.1:5432/postgres"
 LOCAL_REDIS = "redis://127.0.0.1:6379/0"
+# pytest-django configures one settings module per process: the example project's suite runs apart
+EXAMPLE_SUITE = ["--ds", "tests.example.settings", "tests/example"]
 
 
 def install(session: nox.Session, django: str) -> None:
@@ -51,12 +54,19 @@ def install(session: nox.Session, django: str) -> None:
     session.run("python", "-c", "import django; print('Django', django.get_version())")
 
 
+def run_suites(session: nox.Session, env: dict[str, str] | None = None) -> None:
+    """The app's suite, then the example project's, both with the session's arguments."""
+    pytest = ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    session.run(*pytest, *session.posargs, env=env)
+    session.run(*pytest, *EXAMPLE_SUITE, *session.posargs, env=env)
+
+
 @nox.session(python=PYTHONS)
 @nox.parametrize("django", list(DJANGO))
 def tests(session: nox.Session, django: str) -> None:
     """The whole suite, as `make test` runs it: on SQLite unless DATABASE_URL says otherwise."""
     install(session, django)
-    session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *session.posargs)
+    run_suites(session)
 
 
 @nox.session(python=PYTHONS[-1])
@@ -64,14 +74,8 @@ def tests(session: nox.Session, django: str) -> None:
 def tests_postgres(session: nox.Session, django: str) -> None:
     """The suite on PostgreSQL and Redis, with a missing service an error rather than a skip."""
     install(session, django)
-    session.run(
-        "python",
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        *session.posargs,
+    run_suites(
+        session,
         env={
             "DATABASE_URL": os.environ.get("DATABASE_URL", LOCAL_POSTGRES),
             "REDIS_URL": os.environ.get("REDIS_URL", LOCAL_REDIS),

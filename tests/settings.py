@@ -28,7 +28,6 @@ INSTALLED_APPS = [
     "django_tasks_db",
     "assistant",
     "tests.testapp",
-    "dashboards",
 ]
 if django.VERSION < (6, 0):
     # Django 5.2: Tasks come from the django-tasks backport (the [django52] extra)
@@ -89,7 +88,7 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 ASSISTANT = {
-    "RESOURCES": {"orders": "testapp.Order", "dashboards": "dashboards.Dashboard"},
+    "RESOURCES": {"orders": "testapp.Order"},
     "THROTTLE_RATE": "10000/min",
 }
 LOGGING = {

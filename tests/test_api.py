@@ -55,15 +55,6 @@ ALL_TOOLS = sorted(
         "sluggish_tool",
         "start_job",
         "run_llm_validation",
-        # the example project's dashboards domain (tests.settings installs it)
-        "search_dashboards",
-        "create_branch",
-        "commit_changes",
-        "deploy_dashboard",
-        "execute_migration",
-        "run_backup",
-        "run_llm_documentation",
-        "get_health_summary",
     ]
 )
 

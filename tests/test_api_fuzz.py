@@ -82,7 +82,6 @@ def token_headers(user: Any) -> dict[str, str]:
 @pytest.fixture
 def callers(make_user: Any, django_user_model: Any, settings: Any, tmp_path: Path) -> list[Caller]:
     """Anonymous, then each role with a token and with a session."""
-    settings.DASHBOARDS_REPOSITORY = tmp_path / "dashboards.git"
     settings.MEDIA_ROOT = tmp_path / "media"
     viewer = make_user("viewer", "testapp.view_order", "assistant.reports_read")
     operator = make_user(

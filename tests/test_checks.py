@@ -54,7 +54,7 @@ def test_manage_py_check_passes():
 
 
 def test_the_checks_are_registered_with_django():
-    configured = {"RESOURCES": {"orders": "testapp.Order", "dashboards": "dashboards.Dashboard"}}
+    configured = {"RESOURCES": {"orders": "testapp.Order"}}
     with override_settings(ASSISTANT={**configured, "PLANNER": "oracle", "COLOUR": "blue"}):
         messages = assistant_messages(run_checks(tags=["assistant"]))
 

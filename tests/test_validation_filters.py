@@ -23,10 +23,9 @@ from assistant.validation import (
     run_due_validations,
     validation_rule,
 )
-from dashboards.models import Dashboard, Environment
 from tests.openai_peer import openai_peer as openai_peer  # the fixture
 from tests.openai_peer import text
-from tests.testapp.models import Order
+from tests.testapp.models import Dashboard, Environment, Order
 
 pytestmark = pytest.mark.django_db
 
@@ -41,7 +40,7 @@ def dashboard_has_a_title(dashboard: Dashboard, options: dict[str, Any], run: An
 @pytest.fixture(autouse=True)
 def _title_rule() -> Any:
     """The rule exists for this module's tests only (other modules count a run's findings)."""
-    validation_rule(name="test_dashboard_has_a_title", models=["dashboards.Dashboard"])(
+    validation_rule(name="test_dashboard_has_a_title", models=["testapp.Dashboard"])(
         dashboard_has_a_title
     )
     yield
@@ -68,7 +67,7 @@ def dashboards(admin: Any) -> list[Dashboard]:
 @pytest.fixture
 def attacker(make_user: Callable[..., Any]) -> Any:
     """May create validation tasks and view dashboards: nothing about other users."""
-    return make_user("mallory", "assistant.add_validationtask", "dashboards.view_dashboard")
+    return make_user("mallory", "assistant.add_validationtask", "testapp.view_dashboard")
 
 
 def api(user: Any) -> APIClient:
@@ -78,7 +77,7 @@ def api(user: Any) -> APIClient:
 
 
 def create(user: Any, **payload: Any) -> Any:
-    payload.setdefault("target", "dashboards.Dashboard")
+    payload.setdefault("target", "testapp.Dashboard")
     payload.setdefault("rules", ["test_dashboard_has_a_title"])
     return api(user).post(TASKS, payload, format="json")
 
@@ -108,7 +107,7 @@ def titles(run: ValidationRun) -> list[str]:
         "owner",
         "owner_id",
         "environment__database",
-        "owner__dashboards__title",  # forward, then back through a reverse relation
+        "owner__owned_dashboards__title",  # forward, then back through a reverse relation
         "colour",  # not a field of Dashboard at all
     ],
 )
@@ -144,7 +143,12 @@ def test_whatever_the_guess_the_refusal_is_the_same(attacker, admin, dashboards)
 
 @pytest.mark.parametrize(
     "key",
-    ["auth_token__key__startswith", "dashboards__title", "password__startswith", "groups__name"],
+    [
+        "auth_token__key__startswith",
+        "owned_dashboards__title",
+        "password__startswith",
+        "groups__name",
+    ],
 )
 def test_on_the_user_model_reverse_relations_and_the_password_are_refused(make_user, admin, key):
     viewer = make_user("ursula", "assistant.add_validationtask", "auth.view_user")
@@ -254,7 +258,7 @@ def test_a_setting_names_the_fields_a_model_may_be_filtered_by(
 ):
     settings.ASSISTANT = {
         **settings.ASSISTANT,
-        "VALIDATION_FILTER_FIELDS": {"dashboards.Dashboard": ["slug", "owner_id"]},
+        "VALIDATION_FILTER_FIELDS": {"testapp.Dashboard": ["slug", "owner_id"]},
     }
 
     accepted = create(attacker, target_filter={"owner_id": dashboards[0].owner_id, "slug": "churn"})
@@ -271,7 +275,7 @@ def test_the_service_refuses_the_same_filters_as_the_api(admin, dashboards):
     with pytest.raises(InvalidTargetFilter) as refused:
         ValidationTaskService.create_task(
             name="x",
-            target="dashboards.Dashboard",
+            target="testapp.Dashboard",
             owner=admin,
             target_filter={"owner__password__startswith": "pbkdf2"},
         )
@@ -285,7 +289,7 @@ def test_the_service_refuses_the_same_filters_as_the_api(admin, dashboards):
 def test_the_service_refuses_a_filter_that_is_not_an_object_of_text_keys(admin, target_filter):
     with pytest.raises(InvalidTargetFilter):
         ValidationTaskService.create_task(
-            name="x", target="dashboards.Dashboard", target_filter=target_filter
+            name="x", target="testapp.Dashboard", target_filter=target_filter
         )
 
     assert not ValidationTask.objects.exists()
@@ -293,7 +297,7 @@ def test_the_service_refuses_a_filter_that_is_not_an_object_of_text_keys(admin, 
 
 @pytest.mark.parametrize("pk", ["²", "\u0661", "9" * 5000, "+1", " 1", "1e3"])
 def test_a_target_id_that_is_not_plain_digits_is_a_400(attacker, dashboards, pk):
-    response = create(attacker, target=f"dashboards.Dashboard:{pk}")
+    response = create(attacker, target=f"testapp.Dashboard:{pk}")
 
     assert response.status_code == 400
     assert list(response.json()["errors"]) == ["target"]
@@ -325,7 +329,7 @@ def test_a_stored_task_with_a_forbidden_filter_fails_its_run_without_querying(
     assert repr(next(iter(target_filter))) in run.error
     assert Job.objects.get(pk=run.job_id).status == Job.Status.FAILED
     assert (run.passed, run.failed, run.warned, run.findings.count()) == (0, 0, 0, 0)
-    touched = [q["sql"] for q in queries.captured_queries if "dashboards_dashboard" in q["sql"]]
+    touched = [q["sql"] for q in queries.captured_queries if "testapp_dashboard" in q["sql"]]
     assert touched == []
 
 
@@ -338,7 +342,7 @@ def test_a_stored_task_with_an_allowed_filter_still_runs(
         run = run_task(task, django_capture_on_commit_callbacks)
 
     assert (run.status, run.passed) == (ValidationRun.Status.PASSED, 2)
-    assert any("dashboards_dashboard" in q["sql"] for q in queries.captured_queries)
+    assert any("testapp_dashboard" in q["sql"] for q in queries.captured_queries)
 
 
 def legacy_task(owner: Any, target_filter: dict[str, Any]) -> ValidationTask:
@@ -495,7 +499,7 @@ def orders_task(admin: Any) -> Any:
 
 def test_the_service_refuses_an_over_long_name(admin, dashboards):
     with pytest.raises(InvalidEntities) as refused:
-        ValidationTaskService.create_task(name="x" * 201, target="dashboards.Dashboard")
+        ValidationTaskService.create_task(name="x" * 201, target="testapp.Dashboard")
 
     assert list(refused.value.errors) == ["name"]
     assert not ValidationTask.objects.exists()
@@ -572,11 +576,11 @@ def test_a_user_model_is_filtered_by_its_own_fields_but_never_its_password():
 @pytest.mark.parametrize(
     "listed",
     [
-        ["dashboards.Dashboard"],
-        {"dashboards.Nothing": ["slug"]},
-        {"dashboards.Dashboard": "slug"},
-        {"dashboards.Dashboard": ["owner__username"]},
-        {"dashboards.Dashboard": ["colour"]},
+        ["testapp.Dashboard"],
+        {"testapp.Nothing": ["slug"]},
+        {"testapp.Dashboard": "slug"},
+        {"testapp.Dashboard": ["owner__username"]},
+        {"testapp.Dashboard": ["colour"]},
     ],
 )
 def test_a_filter_field_setting_that_names_no_own_field_is_check_e002(listed):
@@ -596,6 +600,6 @@ def test_a_filter_field_setting_of_own_columns_passes_the_checks():
 
     from assistant.checks import check_settings
 
-    listed = {"dashboards.Dashboard": ["slug", "owner_id"], "testapp.order": ["status"]}
+    listed = {"testapp.Dashboard": ["slug", "owner_id"], "testapp.order": ["status"]}
     with override_settings(ASSISTANT={"VALIDATION_FILTER_FIELDS": listed}):
         assert check_settings() == []

@@ -13,9 +13,7 @@ from playwright.sync_api import Page, expect
 from assistant.models import AuditEntry, Job, ValidationRun
 from dashboards.models import Backup, Dashboard
 from tests.browsing import ARTIFACTS, send
-from tests.dashboards_world import World
-from tests.dashboards_world import dashboard_storage as dashboard_storage  # the fixture
-from tests.dashboards_world import world as world  # the fixture
+from tests.example.dashboards_world import World
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

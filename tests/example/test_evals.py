@@ -23,16 +23,14 @@ from assistant.models import (
 )
 from assistant.validation import ValidationTaskService
 from dashboards.models import Backup
-from tests.dashboards_world import World
-from tests.dashboards_world import dashboard_storage as dashboard_storage  # the fixture
-from tests.dashboards_world import world as world  # the fixture
+from tests.example.dashboards_world import World
 from tests.openai_peer import call, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm
 
 pytestmark = pytest.mark.django_db
 
-GOLDEN = Path(__file__).resolve().parent.parent / "dashboards" / "evals" / "golden.json"
+GOLDEN = Path(__file__).resolve().parents[2] / "dashboards" / "evals" / "golden.json"
 
 
 def evaluate(path: Any, *args: str) -> tuple[str, int]:

@@ -12,9 +12,7 @@ from rest_framework.test import APIClient
 from assistant.models import Job
 from assistant.planner.keywords import plan
 from dashboards.models import Backup
-from tests.dashboards_world import World
-from tests.dashboards_world import dashboard_storage as dashboard_storage  # the fixture
-from tests.dashboards_world import world as world  # the fixture
+from tests.example.dashboards_world import World
 
 pytestmark = pytest.mark.django_db
 

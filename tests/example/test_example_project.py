@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DEMO_USERS = {"admin", "operator", "viewer"}
 
 
