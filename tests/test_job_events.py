@@ -2,29 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import datetime as dt
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
-from channels.testing import WebsocketCommunicator
 from django.utils import timezone
 
 from assistant.models import Conversation, Job, Message
-from assistant.runner import RUNNING
-from tests.asgi import application
 from tests.race_jobs import DATABASE_BACKEND, Workers
+from tests.sockets import WAIT, Socket
 
-WAIT = 5  # seconds any single frame may take to arrive
 WORKER_STARTS = 30  # seconds a db_worker process may take to start and run the job
-ORIGIN = (b"origin", b"http://127.0.0.1")
-
-Socket = WebsocketCommunicator
-OpenSocket = Callable[[Any], Awaitable[Socket]]
 
 
 @pytest.fixture
@@ -37,37 +28,6 @@ def diagnostician(make_user: Callable[..., Any]) -> Any:
 def fast_relay(settings: Any) -> None:
     """Web processes poll for job changes every 50 ms; jobs run here beat every 50 ms."""
     settings.ASSISTANT = {**settings.ASSISTANT, "JOB_RELAY_INTERVAL": 0.05, "JOB_HEARTBEAT": 0.05}
-
-
-async def turns_ended(within: float) -> bool:
-    running = set(RUNNING)
-    if not running:
-        return True
-    _, still_running = await asyncio.wait(running, timeout=within)
-    return not still_running
-
-
-@pytest.fixture
-async def open_socket() -> AsyncIterator[OpenSocket]:
-    """Connect sockets for a user; disconnect them and let their turns end afterwards."""
-    opened: list[Socket] = []
-
-    async def open_(user: Any) -> Socket:
-        socket = WebsocketCommunicator(application, "/ws/assistant/", headers=[ORIGIN])
-        socket.scope["user"] = user
-        connected, _ = await socket.connect(timeout=WAIT)
-        assert connected
-        opened.append(socket)
-        return socket
-
-    yield open_
-    for socket in opened:
-        with contextlib.suppress(Exception):
-            await socket.disconnect(timeout=WAIT)
-    if not await turns_ended(WAIT):
-        for task in RUNNING:
-            task.cancel()
-        await turns_ended(WAIT)
 
 
 def kind(frame: dict[str, Any]) -> str:

@@ -24,16 +24,14 @@ from assistant.eventlog import RedisEventLog, event_log
 from assistant.exceptions import ActionExpired
 from assistant.models import AuditEntry, Conversation, Job, Message, PendingAction
 from assistant.registry import ToolRegistry
-from tests.asgi import application
 from tests.conftest import REDIS_URL
 from tests.openai_peer import call, closed_port_url, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixture
+from tests.sockets import WAIT, connect, turns_ended
 
 SECRET = "Hunter2xq9"
 ASK = f"rotate secret label=wifi secret={SECRET}"
 API = "/assistant/api"
-WAIT = 5
-ORIGIN = (b"origin", b"http://127.0.0.1")
 
 
 def leaks(value: Any) -> bool:
@@ -251,14 +249,6 @@ def test_asking_again_sweeps_the_users_expired_actions(keeper):
 # -- websocket -------------------------------------------------------------------------------
 
 
-async def _open(user: Any) -> WebsocketCommunicator:
-    socket = WebsocketCommunicator(application, "/ws/assistant/", headers=[ORIGIN])
-    socket.scope["user"] = user
-    connected, _ = await socket.connect(timeout=WAIT)
-    assert connected
-    return socket
-
-
 async def _frames_until(socket: WebsocketCommunicator, last: Callable[[dict[str, Any]], bool]):
     frames = [await socket.receive_json_from(timeout=WAIT)]
     while not last(frames[-1]):
@@ -276,16 +266,15 @@ def _resumed(frame: dict[str, Any]) -> bool:
 
 async def _websocket_turn(keeper: Any) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
     """Send the secret over a socket, then resume the conversation on a second socket."""
-    from tests.test_websocket import turns_ended
 
-    socket = await _open(keeper)
+    socket = await connect(keeper)
     try:
         await socket.send_json_to({"type": "message", "text": ASK})
         frames = await _frames_until(socket, _run_ended)
         await turns_ended(WAIT)
         # the socket's own pending-action list comes first; the turn's frames after it
         thread_id = next(frame["threadId"] for frame in frames if "threadId" in frame)
-        second = await _open(keeper)
+        second = await connect(keeper)
         try:
             await second.send_json_to({"type": "resume", "conversation": thread_id, "after": 0})
             resumed = await _frames_until(second, _resumed)
@@ -327,9 +316,8 @@ async def test_a_secret_sent_over_the_websocket_is_nowhere_in_clear(keeper, supe
 
 @pytest.mark.django_db(transaction=True)
 async def test_a_secret_confirmed_over_the_websocket_ran_and_was_forgotten(keeper):
-    from tests.test_websocket import turns_ended
 
-    socket = await _open(keeper)
+    socket = await connect(keeper)
     try:
         await socket.send_json_to({"type": "message", "text": ASK})
         asked = await _frames_until(socket, _run_ended)
@@ -495,14 +483,13 @@ def test_a_handler_repeating_the_secret_is_redacted_in_the_turn(keeper):
 
 @pytest.mark.django_db(transaction=True)
 async def test_falling_back_to_keywords_still_echoes_the_message_redacted(settings, keeper):
-    from tests.test_websocket import turns_ended
 
     settings.ASSISTANT = {
         **settings.ASSISTANT,
         "PLANNER": "llm",
         "LLM": {"BASE_URL": closed_port_url(), "TIMEOUT": 2, "FALLBACK_TO_KEYWORDS": True},
     }
-    socket = await _open(keeper)
+    socket = await connect(keeper)
     try:
         await socket.send_json_to({"type": "message", "text": f"store secret x secret={SECRET}"})
         frames = await _frames_until(socket, _run_ended)

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -14,15 +13,10 @@ from channels.testing import WebsocketCommunicator
 
 from assistant.runner import RUNNING
 from tests.asgi import application
+from tests.sockets import ORIGIN, WAIT, OpenSocket, Socket
 from tests.testapp.assistant_tools import LIFECYCLE_LOG
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-WAIT = 5.0  # seconds any single frame or lifecycle step may take
-ORIGIN = (b"origin", b"http://127.0.0.1")
-
-Socket = WebsocketCommunicator
-OpenSocket = Callable[[Any], Awaitable[Socket]]
 
 
 async def eventually(condition: Callable[[], bool], within: float = WAIT) -> bool:
@@ -47,27 +41,6 @@ def log() -> Iterator[list[str]]:
 def diagnostician(make_user: Callable[..., Any]) -> Any:
     """May use the test toolsets' tools."""
     return make_user("diagnostician", "assistant.diagnostics_run")
-
-
-@pytest.fixture
-async def open_socket() -> AsyncIterator[OpenSocket]:
-    """Connect sockets as a user; afterwards close them and let their turns end."""
-    opened: list[Socket] = []
-
-    async def open_(user: Any) -> Socket:
-        socket = WebsocketCommunicator(application, "/ws/assistant/", headers=[ORIGIN])
-        socket.scope["user"] = user
-        connected, _ = await socket.connect(timeout=WAIT)
-        assert connected
-        opened.append(socket)
-        return socket
-
-    yield open_
-    for socket in opened:
-        with contextlib.suppress(Exception):  # already closed by the test
-            await socket.disconnect(timeout=WAIT)
-    if RUNNING:
-        await asyncio.wait(set(RUNNING), timeout=WAIT)
 
 
 async def ask(socket: Socket, text: str) -> list[dict[str, Any]]:
