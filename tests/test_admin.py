@@ -37,6 +37,7 @@ from assistant.models import (
 )
 from assistant.registry import registry
 from assistant.validation import ValidationTaskService
+from tests.clients import client_for
 from tests.testapp.models import Order
 
 pytestmark = pytest.mark.django_db
@@ -100,15 +101,9 @@ def keeper(make_user: Callable[..., Any]) -> Any:
     return make_user("keeper", "assistant.vault_write")
 
 
-def signed_in(user: Any) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
 @pytest.fixture
 def admin_client(superuser: Any) -> Client:
-    return signed_in(superuser)
+    return client_for(superuser, Client)
 
 
 # -- what the changelists render -----------------------------------------------------------------
@@ -236,7 +231,7 @@ def test_a_superuser_sees_every_assistant_model_on_the_index(admin_client: Clien
 def test_staff_with_the_audit_permission_browse_the_audit_read_only(
     auditor: Any, history: History
 ) -> None:
-    client = signed_in(auditor)
+    client = client_for(auditor, Client)
     entry = history.entries["ping"]
 
     index = client.get(ADMIN)
@@ -255,13 +250,13 @@ def test_staff_with_the_audit_permission_browse_the_audit_read_only(
 
 @pytest.mark.parametrize("path", [CONVERSATIONS, APPROVALS, JOBS, RUNS, TASKS, INVENTORY])
 def test_staff_with_view_permissions_open_the_other_changelists(auditor: Any, path: str) -> None:
-    assert signed_in(auditor).get(path).status_code == 200
+    assert client_for(auditor, Client).get(path).status_code == 200
 
 
 def test_staff_without_the_audit_permission_do_not_see_the_audit(
     helpdesk: Any, history: History
 ) -> None:
-    client = signed_in(helpdesk)
+    client = client_for(helpdesk, Client)
     entry = history.entries["ping"]
 
     index = client.get(ADMIN)
@@ -279,7 +274,7 @@ def test_staff_without_the_audit_permission_do_not_see_the_audit(
     "path", [ADMIN, AUDIT, f"{AUDIT}export/csv/", CONVERSATIONS, JOBS, TASKS, INVENTORY]
 )
 def test_a_user_who_is_not_staff_is_sent_to_the_admin_login(plain_user: Any, path: str) -> None:
-    response = signed_in(plain_user).get(path)
+    response = client_for(plain_user, Client).get(path)
 
     assert response.status_code == 302
     assert response["Location"] == f"{LOGIN}?next={path}"
@@ -960,7 +955,7 @@ def test_an_export_with_a_malformed_filter_is_a_bad_request(superuser: Any) -> N
 
 
 def test_staff_with_the_audit_permission_may_export(auditor: Any, history: History) -> None:
-    response = signed_in(auditor).get(f"{AUDIT}export/jsonl/")
+    response = client_for(auditor, Client).get(f"{AUDIT}export/jsonl/")
 
     assert response.status_code == 200
     assert len(streamed(response).splitlines()) == 6
@@ -970,7 +965,7 @@ def test_staff_with_the_audit_permission_may_export(auditor: Any, history: Histo
 def test_staff_without_the_audit_permission_may_not_export(
     helpdesk: Any, history: History, fmt: str
 ) -> None:
-    response = signed_in(helpdesk).get(f"{AUDIT}export/{fmt}/")
+    response = client_for(helpdesk, Client).get(f"{AUDIT}export/{fmt}/")
 
     assert response.status_code == 403
     assert not response.streaming
@@ -978,7 +973,7 @@ def test_staff_without_the_audit_permission_may_not_export(
 
 
 def test_a_user_who_is_not_staff_may_not_export(plain_user: Any, history: History) -> None:
-    response = signed_in(plain_user).get(f"{AUDIT}export/csv/")
+    response = client_for(plain_user, Client).get(f"{AUDIT}export/csv/")
 
     assert response.status_code == 302
     assert response["Location"] == f"{LOGIN}?next={AUDIT}export/csv/"
@@ -1164,7 +1159,7 @@ def test_cancelling_jobs_is_audited_as_an_admin_action(
 
 def test_staff_who_may_only_view_jobs_are_not_offered_cancel(helpdesk: Any) -> None:
     queued = job("queued")
-    client = signed_in(helpdesk)
+    client = client_for(helpdesk, Client)
 
     page = client.get(JOBS).content.decode()
     posted = client.post(JOBS, {"action": "cancel_jobs", "_selected_action": [queued.pk]})
@@ -1236,7 +1231,7 @@ def test_run_now_runs_the_task_and_audits_it(
 def test_staff_without_the_run_permission_are_not_offered_run_now(
     auditor: Any, access_task: ValidationTask
 ) -> None:
-    client = signed_in(auditor)
+    client = client_for(auditor, Client)
 
     page = client.get(TASKS).content.decode()
     posted = client.post(TASKS, {"action": "run_now", "_selected_action": [access_task.pk]})

@@ -17,6 +17,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from assistant.models import AuditEntry, Conversation, Message, PendingAction
+from tests.clients import client_for
 from tests.testapp.models import Order
 
 API = "/assistant/api"
@@ -65,12 +66,6 @@ ALL_TOOLS = sorted(
         "get_health_summary",
     ]
 )
-
-
-def client_for(user: Any) -> APIClient:
-    client = APIClient()
-    client.force_login(user)
-    return client
 
 
 def dispatch_call(client: Any, operation: str, **entities: Any) -> Any:

@@ -20,7 +20,6 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.backends.signals import connection_created
 from django.utils import timezone
 from django_tasks_db.models import DBTaskResult
-from rest_framework.test import APIClient
 
 from assistant.dispatch import dispatch
 from assistant.jobs import (
@@ -35,6 +34,7 @@ from assistant.jobs import (
 from assistant.lifecycle import Cancelled
 from assistant.models import Conversation, Job, Message
 from tests import race_jobs
+from tests.clients import client_for
 from tests.race_jobs import DATABASE_BACKEND, Workers, eventually
 from tests.testapp import jobs as testapp_jobs
 from tests.testapp.models import Order
@@ -465,12 +465,6 @@ def test_the_reaper_refuses_a_silence_that_is_not_positive():
 
 
 # -- REST ------------------------------------------------------------------------------------
-
-
-def client_for(user: Any) -> APIClient:
-    client = APIClient()
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture

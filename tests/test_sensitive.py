@@ -14,7 +14,6 @@ from channels.testing import WebsocketCommunicator
 from django.core.serializers.json import DjangoJSONEncoder
 from django.test import Client
 from django.utils import timezone
-from rest_framework.test import APIClient
 
 from assistant import ToolCall, ToolResult, assistant_tool
 from assistant.chat import run_turn
@@ -24,6 +23,7 @@ from assistant.eventlog import RedisEventLog, event_log
 from assistant.exceptions import ActionExpired
 from assistant.models import AuditEntry, Conversation, Job, Message, PendingAction
 from assistant.registry import ToolRegistry
+from tests.clients import client_for
 from tests.conftest import REDIS_URL
 from tests.openai_peer import call, closed_port_url, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixture
@@ -59,12 +59,6 @@ def rows_with_the_secret() -> dict[str, list[dict[str, Any]]]:
 
 def _fields_except(model: Any, *names: str) -> list[str]:
     return [f.attname for f in model._meta.concrete_fields if f.name not in names]
-
-
-def api_client(user: Any) -> APIClient:
-    client = APIClient()
-    client.force_login(user)
-    return client
 
 
 def staff_pages(conversation: Conversation) -> dict[str, bytes]:
@@ -124,7 +118,7 @@ def keeper(make_user: Callable[..., Any]) -> Any:
 def test_a_secret_sent_over_rest_is_nowhere_in_clear(keeper, superuser, caplog):
     caplog.set_level(logging.DEBUG)
 
-    response = api_client(keeper).post(f"{API}/messages/", {"message": ASK}, format="json")
+    response = client_for(keeper).post(f"{API}/messages/", {"message": ASK}, format="json")
 
     assert response.status_code == 201
     body = response.json()
@@ -133,8 +127,8 @@ def test_a_secret_sent_over_rest_is_nowhere_in_clear(keeper, superuser, caplog):
     conversation = Conversation.objects.get(pk=body["conversation"])
     assert "[redacted]" in conversation.title
     assert rows_with_the_secret() == {}
-    assert not leaks(body_of(api_client(keeper).get(f"{API}/conversations/")))
-    assert not leaks(body_of(api_client(keeper).get(f"{API}/conversations/{conversation.pk}/")))
+    assert not leaks(body_of(client_for(keeper).get(f"{API}/conversations/")))
+    assert not leaks(body_of(client_for(keeper).get(f"{API}/conversations/{conversation.pk}/")))
     replay = async_since(str(conversation.pk))
     assert replay, "the turn's frames were kept for replay"
     assert [frame for frame in replay if leaks(frame)] == []
@@ -157,7 +151,7 @@ def async_since(thread_id: str) -> list[dict[str, Any]]:
 
 
 def _ask(user: Any) -> PendingAction:
-    response = api_client(user).post(f"{API}/messages/", {"message": ASK}, format="json")
+    response = client_for(user).post(f"{API}/messages/", {"message": ASK}, format="json")
     assert response.status_code == 201
     (action,) = response.json()["pending_actions"]
     stored = PendingAction.objects.get(pk=action["id"])

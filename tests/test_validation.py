@@ -29,6 +29,7 @@ from assistant.validation import (
     run_due_validations,
     validation_rule,
 )
+from tests.clients import client_for
 from tests.conftest import perm
 from tests.openai_peer import closed_port_url, error, text
 from tests.openai_peer import openai_peer as openai_peer  # the fixture
@@ -125,12 +126,6 @@ def counted(run: ValidationRun) -> dict[str, int]:
 def counts(run: ValidationRun) -> dict[str, int]:
     """The counts stored on the run."""
     return {"passed": run.passed, "failed": run.failed, "warned": run.warned}
-
-
-def client_for(user: Any) -> APIClient:
-    client = APIClient()
-    client.force_login(user)
-    return client
 
 
 def refetch(user: Any) -> Any:
