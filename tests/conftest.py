@@ -140,6 +140,12 @@ async def open_socket() -> AsyncIterator[sockets.OpenSocket]:
         await sockets.turns_ended(sockets.WAIT)
 
 
+@pytest.fixture
+def diagnostician(make_user: Callable[..., Any]) -> Any:
+    """May run the diagnostics tools: ``start_job``, the test toolsets' and the timeout tools."""
+    return make_user("diagnostician", "assistant.diagnostics_run")
+
+
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 
 

@@ -19,12 +19,6 @@ WORKER_STARTS = 30  # seconds a db_worker process may take to start and run the 
 
 
 @pytest.fixture
-def diagnostician(make_user: Callable[..., Any]) -> Any:
-    """May run ``start_job``."""
-    return make_user("diagnostician", "assistant.diagnostics_run")
-
-
-@pytest.fixture
 def fast_relay(settings: Any) -> None:
     """Web processes poll for job changes every 50 ms; jobs run here beat every 50 ms."""
     settings.ASSISTANT = {**settings.ASSISTANT, "JOB_RELAY_INTERVAL": 0.05, "JOB_HEARTBEAT": 0.05}

@@ -71,12 +71,6 @@ async def session() -> AsyncIterator[ToolSession]:
     await tools.stop()
 
 
-@pytest.fixture
-def diagnostician(make_user: Callable[..., Any]) -> Any:
-    """May run the diagnostics tools (the test toolsets' and the timeout tools)."""
-    return make_user("diagnostician", "assistant.diagnostics_run")
-
-
 # -- CancellationToken ---------------------------------------------------------------------------
 
 

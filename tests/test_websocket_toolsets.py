@@ -37,12 +37,6 @@ def log() -> Iterator[list[str]]:
     LIFECYCLE_LOG.clear()
 
 
-@pytest.fixture
-def diagnostician(make_user: Callable[..., Any]) -> Any:
-    """May use the test toolsets' tools."""
-    return make_user("diagnostician", "assistant.diagnostics_run")
-
-
 async def ask(socket: Socket, text: str) -> list[dict[str, Any]]:
     """Send a message and collect its run's frames, up to RUN_FINISHED or RUN_ERROR."""
     await socket.send_json_to({"type": "message", "text": text})
