@@ -9,12 +9,11 @@ import pytest
 
 from assistant.models import AuditEntry, Conversation, ValidationTask
 from assistant.validation import ValidationTaskService
-from tests.clients import client_for
+from tests.clients import API, client_for
 from tests.testapp.models import Order
 
 pytestmark = pytest.mark.django_db
 
-API = "/assistant/api"
 BAD_IDS = ["²", "\u0661\u0662", "9" * 5000, "0", str(2**63), "00000000000000000000001"]
 
 

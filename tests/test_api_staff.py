@@ -12,9 +12,8 @@ from rest_framework.test import APIClient
 
 from assistant.dispatch import dispatch
 from assistant.models import AuditEntry, Conversation, Message
-from tests.clients import client_for
+from tests.clients import API, client_for
 
-API = "/assistant/api"
 STAFF_GETS = [
     "/admin/conversations/",
     f"/admin/conversations/{uuid.UUID(int=1)}/history/",

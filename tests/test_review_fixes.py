@@ -17,8 +17,8 @@ from assistant.dispatch import dispatch
 from assistant.exceptions import ToolDefinitionError
 from assistant.models import AuditEntry, Conversation, Message
 from assistant.registry import ToolRegistry
+from tests.clients import API
 
-API = "/assistant/api"
 SITE = ToolRegistry("review-fixes")
 SEEN: list[Any] = []
 

@@ -23,7 +23,7 @@ from assistant.eventlog import RedisEventLog, event_log
 from assistant.exceptions import ActionExpired
 from assistant.models import AuditEntry, Conversation, Job, Message, PendingAction
 from assistant.registry import ToolRegistry
-from tests.clients import client_for
+from tests.clients import API, client_for
 from tests.conftest import REDIS_URL
 from tests.openai_peer import call, closed_port_url, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixture
@@ -31,7 +31,6 @@ from tests.sockets import WAIT, connect, turns_ended
 
 SECRET = "Hunter2xq9"
 ASK = f"rotate secret label=wifi secret={SECRET}"
-API = "/assistant/api"
 
 
 def leaks(value: Any) -> bool:

@@ -21,10 +21,10 @@ from assistant.chat import start_turn
 from assistant.exceptions import TurnInProgress
 from assistant.models import AuditEntry, Message
 from tests.channel_layers import REDIS_CHANNEL_LAYERS, redis_channel_layer
+from tests.clients import API
 from tests.sockets import kind, receive, receive_until, send
 from tests.test_channel_layers import session_cookie, ws_connect, ws_receive, ws_send
 
-API = "/assistant/api"
 FINAL = {"complete", "cancelled", "failed"}
 
 

@@ -21,7 +21,6 @@ from tests.validations import run_now as run_now  # a fixture
 
 pytestmark = pytest.mark.django_db
 
-API = "/assistant/api"
 Schedule = ValidationTask.Schedule
 
 

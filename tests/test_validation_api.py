@@ -11,13 +11,11 @@ from rest_framework.test import APIClient
 
 from assistant.models import ValidationRun, ValidationTask
 from assistant.validation import ValidationTaskService
-from tests.clients import client_for
+from tests.clients import API, client_for
 from tests.validations import findings, refetch, task_for
 from tests.validations import orders as orders  # a fixture
 
 pytestmark = pytest.mark.django_db
-
-API = "/assistant/api"
 
 
 @pytest.fixture
