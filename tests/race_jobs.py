@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from io import StringIO
 from pathlib import Path
 from typing import IO, Any
@@ -92,6 +93,17 @@ class Workers:
                     process.wait(timeout=10)
         for log in self.logs:
             log.close()
+
+
+@pytest.fixture
+def workers(transactional_db: None, settings: Any) -> Iterator[Workers]:
+    """``db_worker`` processes on the test database; this test enqueues to the same backend."""
+    settings.TASKS = DATABASE_BACKEND
+    started = Workers()
+    try:
+        yield started
+    finally:
+        started.close()
 
 
 def eventually(check: Any, *, timeout: float, interval: float = 0.05, what: str = "") -> Any:

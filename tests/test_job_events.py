@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -12,7 +12,7 @@ from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from assistant.models import Conversation, Job, Message
-from tests.race_jobs import DATABASE_BACKEND, Workers
+from tests.race_jobs import workers as workers  # a fixture
 from tests.sockets import WAIT, Socket
 
 WORKER_STARTS = 30  # seconds a db_worker process may take to start and run the job
@@ -211,17 +211,6 @@ async def test_a_web_process_reaps_a_silent_job_and_shows_it_failed(
 
 
 # -- with a real worker (PostgreSQL) ---------------------------------------------------------
-
-
-@pytest.fixture
-def workers(transactional_db: None, settings: Any) -> Iterator[Workers]:
-    """``db_worker`` processes on the test database; this test enqueues to the same backend."""
-    settings.TASKS = DATABASE_BACKEND
-    started = Workers()
-    try:
-        yield started
-    finally:
-        started.close()
 
 
 @pytest.mark.postgres

@@ -19,30 +19,13 @@ from django_tasks_db.models import DBTaskResult
 from assistant.jobs import JobManager, cancel_job, execute_job, run_job
 from assistant.models import Job
 from tests import race_jobs
-from tests.race_jobs import (
-    DATABASE_BACKEND,
-    Workers,
-    conversation_texts,
-    eventually,
-    reap,
-    start_job,
-)
+from tests.race_jobs import Workers, conversation_texts, eventually, reap, start_job
 from tests.race_jobs import conversation as conversation  # a fixture
+from tests.race_jobs import workers as workers  # a fixture
 from tests.testapp import jobs as testapp_jobs
 from tests.testapp.models import Order
 
 WORKER_STARTS = 30  # seconds a db_worker process may take to start and run what is asked
-
-
-@pytest.fixture
-def workers(transactional_db: None, settings: Any) -> Iterator[Workers]:
-    """``db_worker`` processes on the test database; this test enqueues to the same backend."""
-    settings.TASKS = DATABASE_BACKEND
-    started = Workers()
-    try:
-        yield started
-    finally:
-        started.close()
 
 
 def job_row(job: Job) -> Job:
