@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -11,6 +12,8 @@ from asgiref.sync import SyncToAsync
 from django.contrib.auth.models import Group, Permission
 from django.db import connection, connections
 
+from assistant.runner import RUNNING
+from tests import sockets
 from tests.channel_layers import REDIS_CHANNEL_LAYERS
 from tests.channel_layers import redis_channel_layer as redis_channel_layer_config
 
@@ -112,6 +115,35 @@ def reader(make_user: Callable[..., Any]) -> Any:
 def clerk(make_user: Callable[..., Any]) -> Any:
     """May read, change and approve orders globally."""
     return make_user("clerk", "testapp.view_order", "testapp.change_order", "testapp.approve_order")
+
+
+@pytest.fixture
+async def open_socket() -> AsyncIterator[sockets.OpenSocket]:
+    """Connect sockets to the test ASGI app; disconnect them and let their turns end afterwards.
+
+    ``open_socket(user)`` signs in through the scope, ``open_socket(cookie=...)`` through a session.
+    """
+    opened: list[sockets.Socket] = []
+
+    async def open_(user: Any = None, *, cookie: str | None = None) -> sockets.Socket:
+        socket = await sockets.connect(user, cookie=cookie)
+        opened.append(socket)
+        return socket
+
+    yield open_
+    for socket in opened:
+        with contextlib.suppress(Exception):  # a socket the test saw crash has nothing to close
+            await socket.disconnect(timeout=sockets.WAIT)
+    if not await sockets.turns_ended(sockets.WAIT):
+        for task in RUNNING:
+            task.cancel()
+        await sockets.turns_ended(sockets.WAIT)
+
+
+@pytest.fixture
+def diagnostician(make_user: Callable[..., Any]) -> Any:
+    """May run the diagnostics tools: ``start_job``, the test toolsets' and the timeout tools."""
+    return make_user("diagnostician", "assistant.diagnostics_run")
 
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")

@@ -1,4 +1,5 @@
-"""Job functions the real-worker tests run, and the ``db_worker`` processes that run them."""
+"""What the job tests share: a job started through the tool, the functions real workers run and
+the ``db_worker`` processes that run them."""
 
 from __future__ import annotations
 
@@ -7,11 +8,18 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from io import StringIO
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import quote
 
+import pytest
+from django.core.management import call_command
+
+from assistant.dispatch import dispatch
 from assistant.jobs import JobContext
+from assistant.models import Conversation, Job, Message
 from tests.testapp.models import Order
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,6 +95,17 @@ class Workers:
             log.close()
 
 
+@pytest.fixture
+def workers(transactional_db: None, settings: Any) -> Iterator[Workers]:
+    """``db_worker`` processes on the test database; this test enqueues to the same backend."""
+    settings.TASKS = DATABASE_BACKEND
+    started = Workers()
+    try:
+        yield started
+    finally:
+        started.close()
+
+
 def eventually(check: Any, *, timeout: float, interval: float = 0.05, what: str = "") -> Any:
     """Poll ``check()`` until it returns something truthy; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
@@ -97,3 +116,29 @@ def eventually(check: Any, *, timeout: float, interval: float = 0.05, what: str 
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout:g} s: {what or check}")
         time.sleep(interval)
+
+
+@pytest.fixture
+def conversation(diagnostician: Any) -> Conversation:
+    return Conversation.objects.create(user=diagnostician, title="jobs")
+
+
+def start_job(user: Any, conversation: Conversation | None = None, **entities: Any) -> Any:
+    """Dispatch the test app's ``start_job`` tool; returns the outcome and the job it made."""
+    outcome = dispatch("start_job", entities, user=user, conversation=conversation)
+    assert outcome.decision == "executed", outcome.text
+    return outcome, Job.objects.get(pk=outcome.result.task_id)
+
+
+def conversation_texts(conversation: Conversation) -> list[tuple[str, str]]:
+    return list(
+        Message.objects.filter(conversation=conversation)
+        .order_by("created_at", "id")
+        .values_list("role", "text")
+    )
+
+
+def reap(*options: str) -> str:
+    out = StringIO()
+    call_command("assistant_reap_jobs", *options, stdout=out)
+    return out.getvalue()

@@ -31,13 +31,10 @@ from assistant.permissions import (
     reread_access,
 )
 from assistant.registry import registry
-from tests import test_websocket
+from tests import sockets
 from tests.conftest import perm
-from tests.test_websocket import WAIT, Socket, only, receive_run, send
+from tests.sockets import WAIT, Socket, only, receive_run, send
 from tests.testapp.models import Order
-
-# The same sockets as the websocket tests: closed, and their turns ended, after each test.
-open_socket = test_websocket.open_socket
 
 User = get_user_model()
 
@@ -555,7 +552,7 @@ async def test_a_message_from_a_user_deleted_while_the_chat_is_open_gets_an_erro
 
     await sync_to_async(lambda: fetch(reader).delete())()  # their conversations go with them
     await send(socket, type="message", text="list orders", conversation=thread(first))
-    error = await test_websocket.receive(socket)
+    error = await sockets.receive(socket)
 
     assert (error["type"], error["name"]) == ("CUSTOM", "assistant.error")
     assert error["value"]["code"] == "message_not_stored"

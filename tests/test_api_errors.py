@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-API = "/assistant/api"
+from tests.clients import API
+
 UNSAFE = ["post", "put", "patch", "delete"]
 UNKNOWN_PATHS = [
     f"{API}/nothing-here/",

@@ -6,15 +6,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from rest_framework.test import APIClient
 
 from assistant.models import AuditEntry, Conversation, ValidationTask
 from assistant.validation import ValidationTaskService
+from tests.clients import API, client_for
 from tests.testapp.models import Order
 
 pytestmark = pytest.mark.django_db
 
-API = "/assistant/api"
 BAD_IDS = ["²", "\u0661\u0662", "9" * 5000, "0", str(2**63), "00000000000000000000001"]
 
 
@@ -32,12 +31,6 @@ def task(staff: Any) -> ValidationTask:
     return ValidationTaskService.create_task(name="Orders", target="testapp.Order", owner=staff)
 
 
-def api(user: Any) -> APIClient:
-    client = APIClient()
-    client.force_login(user)
-    return client
-
-
 @pytest.mark.parametrize(
     ("path", "param"),
     [
@@ -50,7 +43,7 @@ def api(user: Any) -> APIClient:
     "value", BAD_IDS, ids=["superscript", "arabic", "5000", "0", "2**63", "long"]
 )
 def test_an_id_that_is_not_ascii_digits_in_range_is_a_json_400(staff, path, param, value):
-    response = api(staff).get(f"{API}/{path}", {param: value})
+    response = client_for(staff).get(f"{API}/{path}", {param: value})
 
     assert response.status_code == 400
     assert response["Content-Type"] == "application/json"
@@ -61,7 +54,7 @@ def test_an_id_that_is_not_ascii_digits_in_range_is_a_json_400(staff, path, para
 
 
 def test_a_task_id_in_range_still_selects_that_tasks_runs(staff, task):
-    response = api(staff).get(f"{API}/validation-runs/", {"task": str(2**63 - 1)})
+    response = client_for(staff).get(f"{API}/validation-runs/", {"task": str(2**63 - 1)})
 
     assert (response.status_code, response.json()["results"]) == (200, [])
 
@@ -70,7 +63,7 @@ def test_a_user_id_or_a_username_still_selects_that_users_rows(staff, make_user)
     other = make_user("olga")
     Conversation.objects.create(user=other, title="hello")
     AuditEntry.objects.create(user=other, username="olga", operation="x", decision="allowed")
-    client = api(staff)
+    client = client_for(staff)
 
     for value in (str(other.pk), "olga"):
         conversations = client.get(f"{API}/admin/conversations/", {"user": value}).json()
@@ -96,7 +89,7 @@ def test_a_user_id_or_a_username_still_selects_that_users_rows(staff, make_user)
     ],
 )
 def test_a_nul_in_any_query_parameter_is_a_json_400_naming_it(staff, path):
-    response = api(staff).get(f"{API}/{path}")
+    response = client_for(staff).get(f"{API}/{path}")
 
     assert response.status_code == 400
     body = response.json()
@@ -107,7 +100,7 @@ def test_a_nul_in_any_query_parameter_is_a_json_400_naming_it(staff, path):
 
 
 def test_a_nul_in_a_query_parameter_of_a_post_is_refused_before_anything_is_stored(staff):
-    response = api(staff).post(
+    response = client_for(staff).post(
         f"{API}/validation-tasks/?x=\x00", {"target": "testapp.Order"}, format="json"
     )
 
@@ -118,7 +111,7 @@ def test_a_nul_in_a_query_parameter_of_a_post_is_refused_before_anything_is_stor
 @pytest.mark.parametrize("task_id", [str(2**63), "9" * 30, "9" * 5000])
 @pytest.mark.parametrize("suffix", ["", "run/"])
 def test_a_task_id_out_of_range_in_the_path_is_a_json_404(staff, task, task_id, suffix):
-    client = api(staff)
+    client = client_for(staff)
     url = f"{API}/validation-tasks/{task_id}/{suffix}"
 
     response = client.post(url) if suffix else client.get(url)

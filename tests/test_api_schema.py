@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-API = "/assistant/api"
+from tests.clients import API
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ from rest_framework.test import APIClient
 
 from assistant.dispatch import dispatch
 from assistant.models import AuditEntry, Conversation, Message
+from tests.clients import API, client_for
 
-API = "/assistant/api"
 STAFF_GETS = [
     "/admin/conversations/",
     f"/admin/conversations/{uuid.UUID(int=1)}/history/",
@@ -21,12 +21,6 @@ STAFF_GETS = [
 ]
 STAFF_DELETE = f"/admin/conversations/{uuid.UUID(int=1)}/"
 STAFF_ENDPOINTS = [*(("get", path) for path in STAFF_GETS), ("delete", STAFF_DELETE)]
-
-
-def client_for(user: Any) -> APIClient:
-    client = APIClient()
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture

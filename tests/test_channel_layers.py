@@ -27,25 +27,12 @@ from websockets.typing import Origin
 
 from assistant.eventlog import RedisEventLog, event_log
 from assistant.models import AuditEntry, Conversation, Message
-from tests import test_websocket
 from tests.channel_layers import REDIS_CHANNEL_LAYERS
 from tests.conftest import REDIS_URL, perm
-from tests.test_websocket import (
-    PING_RUN,
-    WAIT,
-    kind,
-    kinds,
-    receive,
-    receive_run,
-    receive_until,
-    send,
-    stored,
-)
+from tests.sockets import WAIT, kind, kinds, receive, receive_run, receive_until, send
+from tests.test_websocket import PING_RUN, stored
 
 pytestmark = pytest.mark.redis
-
-# The same sockets as the websocket tests: closed, and their turns ended, after each test.
-open_socket = test_websocket.open_socket
 
 ROOT = Path(__file__).resolve().parent.parent
 UVICORN = [sys.executable, "-m", "uvicorn", "tests.asgi:application", "--host", "127.0.0.1"]

@@ -2,72 +2,26 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import datetime as dt
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
-from channels.testing import WebsocketCommunicator
 from django.utils import timezone
 
 from assistant.models import Conversation, Job, Message
-from assistant.runner import RUNNING
-from tests.asgi import application
-from tests.race_jobs import DATABASE_BACKEND, Workers
+from tests.race_jobs import workers as workers  # a fixture
+from tests.sockets import WAIT, Socket
 
-WAIT = 5  # seconds any single frame may take to arrive
 WORKER_STARTS = 30  # seconds a db_worker process may take to start and run the job
-ORIGIN = (b"origin", b"http://127.0.0.1")
-
-Socket = WebsocketCommunicator
-OpenSocket = Callable[[Any], Awaitable[Socket]]
-
-
-@pytest.fixture
-def diagnostician(make_user: Callable[..., Any]) -> Any:
-    """May run ``start_job``."""
-    return make_user("diagnostician", "assistant.diagnostics_run")
 
 
 @pytest.fixture
 def fast_relay(settings: Any) -> None:
     """Web processes poll for job changes every 50 ms; jobs run here beat every 50 ms."""
     settings.ASSISTANT = {**settings.ASSISTANT, "JOB_RELAY_INTERVAL": 0.05, "JOB_HEARTBEAT": 0.05}
-
-
-async def turns_ended(within: float) -> bool:
-    running = set(RUNNING)
-    if not running:
-        return True
-    _, still_running = await asyncio.wait(running, timeout=within)
-    return not still_running
-
-
-@pytest.fixture
-async def open_socket() -> AsyncIterator[OpenSocket]:
-    """Connect sockets for a user; disconnect them and let their turns end afterwards."""
-    opened: list[Socket] = []
-
-    async def open_(user: Any) -> Socket:
-        socket = WebsocketCommunicator(application, "/ws/assistant/", headers=[ORIGIN])
-        socket.scope["user"] = user
-        connected, _ = await socket.connect(timeout=WAIT)
-        assert connected
-        opened.append(socket)
-        return socket
-
-    yield open_
-    for socket in opened:
-        with contextlib.suppress(Exception):
-            await socket.disconnect(timeout=WAIT)
-    if not await turns_ended(WAIT):
-        for task in RUNNING:
-            task.cancel()
-        await turns_ended(WAIT)
 
 
 def kind(frame: dict[str, Any]) -> str:
@@ -257,17 +211,6 @@ async def test_a_web_process_reaps_a_silent_job_and_shows_it_failed(
 
 
 # -- with a real worker (PostgreSQL) ---------------------------------------------------------
-
-
-@pytest.fixture
-def workers(transactional_db: None, settings: Any) -> Iterator[Workers]:
-    """``db_worker`` processes on the test database; this test enqueues to the same backend."""
-    settings.TASKS = DATABASE_BACKEND
-    started = Workers()
-    try:
-        yield started
-    finally:
-        started.close()
 
 
 @pytest.mark.postgres

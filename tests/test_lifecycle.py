@@ -1,4 +1,4 @@
-"""Toolset lifecycles: cancellation tokens, sessions that start, stop and cancel, tool timeouts."""
+"""Toolset lifecycles: cancellation tokens, sessions that start, stop and cancel, process scope."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
 import pytest
@@ -38,30 +38,14 @@ from assistant.lifecycle import (
 )
 from assistant.models import AuditEntry
 from assistant.registry import ToolRegistry, registry
+from tests.lifecycles import eventually
+from tests.lifecycles import log as log  # a fixture
 from tests.testapp import assistant_tools as testapp_tools
-from tests.testapp.assistant_tools import LIFECYCLE_LOG, Broken, Probe, Sluggish
+from tests.testapp.assistant_tools import Broken, Probe, Sluggish
 
 WAIT = 2.0  # seconds anything that should happen "soon" may take
 
 Started = ToolLifecycleState.STARTED
-
-
-async def eventually(condition: Callable[[], bool], within: float = WAIT) -> bool:
-    """Poll ``condition`` until it holds or ``within`` seconds pass."""
-    deadline = time.monotonic() + within
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.01)
-    return True
-
-
-@pytest.fixture
-def log() -> Iterator[list[str]]:
-    """The test toolsets' shared lifecycle log, emptied for this test."""
-    LIFECYCLE_LOG.clear()
-    yield LIFECYCLE_LOG
-    LIFECYCLE_LOG.clear()
 
 
 @pytest.fixture
@@ -70,12 +54,6 @@ async def session() -> AsyncIterator[ToolSession]:
     tools = ToolSession()
     yield tools
     await tools.stop()
-
-
-@pytest.fixture
-def diagnostician(make_user: Callable[..., Any]) -> Any:
-    """May run the diagnostics tools (the test toolsets' and the timeout tools)."""
-    return make_user("diagnostician", "assistant.diagnostics_run")
 
 
 # -- CancellationToken ---------------------------------------------------------------------------
@@ -320,11 +298,11 @@ async def test_a_background_task_exits_when_the_token_fires(
     session: ToolSession, log: list[str]
 ) -> None:
     probe = await session.start(Probe)
-    assert await eventually(lambda: probe.heartbeats >= 3)
+    assert await eventually(lambda: probe.heartbeats >= 3, within=WAIT)
 
     session.token.cancel()  # the session's token: each toolset holds a child of it
 
-    assert await eventually(lambda: "probe:background-exit" in log)
+    assert await eventually(lambda: "probe:background-exit" in log, within=WAIT)
     beats = probe.heartbeats
     await asyncio.sleep(0.05)
     assert probe.heartbeats == beats
@@ -338,7 +316,7 @@ async def test_ending_a_session_ends_the_background_task(
 
     await getattr(session, end)()
 
-    assert await eventually(lambda: "probe:background-exit" in log)
+    assert await eventually(lambda: "probe:background-exit" in log, within=WAIT)
 
 
 async def test_a_start_that_overruns_start_timeout_fails(session: ToolSession) -> None:
@@ -675,7 +653,7 @@ async def test_lifespan_binds_the_process_session_and_stops_it_at_shutdown() -> 
 
     server = asyncio.ensure_future(app({"type": "lifespan"}, inbox.get, send))
     await inbox.put({"type": "lifespan.startup"})
-    assert await eventually(lambda: len(sent) == 1)
+    assert await eventually(lambda: len(sent) == 1, within=WAIT)
     assert sent == [{"type": "lifespan.startup.complete"}]
 
     process = process_session()
@@ -787,58 +765,3 @@ async def test_a_stopped_toolset_is_dropped_quietly(caplog: pytest.LogCaptureFix
     gc.collect()
 
     assert "dropped while started" not in caplog.text
-
-
-# -- per-tool timeouts ---------------------------------------------------------------------------
-
-
-def assert_timed_out(outcome: Any, elapsed: float) -> None:
-    assert outcome.decision == "timeout"
-    assert outcome.code == "timeout"
-    assert outcome.status == 504
-    assert outcome.text == f"{outcome.operation} took longer than 0.2 s and was stopped."
-    assert elapsed < 1
-
-
-@pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("operation", ["overrun", "overrun_sync"])
-async def test_an_overrunning_tool_is_stopped_and_audited_timeout(
-    diagnostician: Any, operation: str
-) -> None:
-    started = time.monotonic()
-    outcome = await adispatch(operation, {"seconds": 2.0}, user=diagnostician)
-
-    assert_timed_out(outcome, time.monotonic() - started)
-    entry = await AuditEntry.objects.aget(pk=outcome.audit_id)
-    assert entry.decision == AuditEntry.Decision.TIMEOUT
-    assert entry.error == outcome.text
-
-
-@pytest.mark.django_db
-@pytest.mark.parametrize("operation", ["overrun", "overrun_sync"])
-def test_an_overrunning_tool_is_stopped_from_sync_dispatch(
-    diagnostician: Any, operation: str
-) -> None:
-    started = time.monotonic()
-    outcome = dispatch(operation, {"seconds": 2.0}, user=diagnostician)
-
-    assert_timed_out(outcome, time.monotonic() - started)
-    assert AuditEntry.objects.get(pk=outcome.audit_id).decision == "timeout"
-
-
-@pytest.mark.django_db
-def test_a_tool_within_its_timeout_runs(diagnostician: Any) -> None:
-    outcome = dispatch("overrun", {"seconds": 0.01}, user=diagnostician)
-
-    assert outcome.decision == "executed"
-    assert outcome.text == "finished"
-
-
-@pytest.mark.django_db(transaction=True)
-async def test_the_user_is_told_when_a_tool_timed_out(diagnostician: Any) -> None:
-    started = time.monotonic()
-    result = await arun_turn(diagnostician, "overrun")
-
-    assert time.monotonic() - started < 1
-    assert [o.decision for o in result.outcomes] == ["timeout"]
-    assert "overrun took longer than 0.2 s and was stopped." in result.assistant_message.text

@@ -7,15 +7,14 @@ import json
 from typing import Any
 
 import pytest
-from channels.testing import WebsocketCommunicator
 from rest_framework.test import APIClient
 
 from assistant.chat import run_turn
 from assistant.models import AuditEntry
-from tests.asgi import application
 from tests.openai_peer import call, raw, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm
+from tests.sockets import connect
 from tests.stream_shapes import SHAPES, SIGNATURE
 
 pytestmark = pytest.mark.django_db
@@ -129,12 +128,7 @@ def test_a_whole_rest_turn_on_the_same_index_shape(use_llm, plain_user):
 async def test_a_whole_websocket_turn_on_the_gemini3_shape(use_llm, plain_user):
     peer = use_llm()
     peer.script(raw(*SHAPES["gemini3_thought_signature"]().chunks), text("Both done."))
-    socket = WebsocketCommunicator(
-        application, "/ws/assistant/", headers=[(b"origin", b"http://127.0.0.1")]
-    )
-    socket.scope["user"] = plain_user
-    connected, _ = await socket.connect(timeout=5)
-    assert connected
+    socket = await connect(plain_user)
     try:
         await socket.send_json_to({"type": "message", "text": "ping and pong"})
         frames: list[dict[str, Any]] = []

@@ -17,8 +17,9 @@ from assistant.dispatch import dispatch
 from assistant.exceptions import ToolDefinitionError
 from assistant.models import AuditEntry, Conversation, Message
 from assistant.registry import ToolRegistry
+from tests.clients import API
+from tests.sockets import connect
 
-API = "/assistant/api"
 SITE = ToolRegistry("review-fixes")
 SEEN: list[Any] = []
 
@@ -242,11 +243,8 @@ async def test_a_socket_that_cannot_join_its_conversation_is_told_and_the_turn_s
     import asyncio
 
     from channels.layers import get_channel_layer
-    from channels.testing import WebsocketCommunicator
     from django.db import OperationalError
     from django.db.models import Q
-
-    from tests.asgi import application
 
     layer = get_channel_layer()
     real_add = layer.group_add
@@ -257,12 +255,7 @@ async def test_a_socket_that_cannot_join_its_conversation_is_told_and_the_turn_s
         await real_add(group, channel)
 
     monkeypatch.setattr(layer, "group_add", refuse_conversations)
-    socket = WebsocketCommunicator(
-        application, "/ws/assistant/", headers=[(b"origin", b"http://127.0.0.1")]
-    )
-    socket.scope["user"] = plain_user
-    connected, _ = await socket.connect(timeout=5)
-    assert connected
+    socket = await connect(plain_user)
     try:
         await socket.send_json_to({"type": "message", "text": "ping"})
         frame = await socket.receive_json_from(timeout=10)

@@ -14,7 +14,6 @@ from channels.testing import WebsocketCommunicator
 from django.core.serializers.json import DjangoJSONEncoder
 from django.test import Client
 from django.utils import timezone
-from rest_framework.test import APIClient
 
 from assistant import ToolCall, ToolResult, assistant_tool
 from assistant.chat import run_turn
@@ -24,16 +23,14 @@ from assistant.eventlog import RedisEventLog, event_log
 from assistant.exceptions import ActionExpired
 from assistant.models import AuditEntry, Conversation, Job, Message, PendingAction
 from assistant.registry import ToolRegistry
-from tests.asgi import application
+from tests.clients import API, client_for
 from tests.conftest import REDIS_URL
 from tests.openai_peer import call, closed_port_url, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixture
+from tests.sockets import WAIT, connect, turns_ended
 
 SECRET = "Hunter2xq9"
 ASK = f"rotate secret label=wifi secret={SECRET}"
-API = "/assistant/api"
-WAIT = 5
-ORIGIN = (b"origin", b"http://127.0.0.1")
 
 
 def leaks(value: Any) -> bool:
@@ -61,12 +58,6 @@ def rows_with_the_secret() -> dict[str, list[dict[str, Any]]]:
 
 def _fields_except(model: Any, *names: str) -> list[str]:
     return [f.attname for f in model._meta.concrete_fields if f.name not in names]
-
-
-def api_client(user: Any) -> APIClient:
-    client = APIClient()
-    client.force_login(user)
-    return client
 
 
 def staff_pages(conversation: Conversation) -> dict[str, bytes]:
@@ -126,7 +117,7 @@ def keeper(make_user: Callable[..., Any]) -> Any:
 def test_a_secret_sent_over_rest_is_nowhere_in_clear(keeper, superuser, caplog):
     caplog.set_level(logging.DEBUG)
 
-    response = api_client(keeper).post(f"{API}/messages/", {"message": ASK}, format="json")
+    response = client_for(keeper).post(f"{API}/messages/", {"message": ASK}, format="json")
 
     assert response.status_code == 201
     body = response.json()
@@ -135,8 +126,8 @@ def test_a_secret_sent_over_rest_is_nowhere_in_clear(keeper, superuser, caplog):
     conversation = Conversation.objects.get(pk=body["conversation"])
     assert "[redacted]" in conversation.title
     assert rows_with_the_secret() == {}
-    assert not leaks(body_of(api_client(keeper).get(f"{API}/conversations/")))
-    assert not leaks(body_of(api_client(keeper).get(f"{API}/conversations/{conversation.pk}/")))
+    assert not leaks(body_of(client_for(keeper).get(f"{API}/conversations/")))
+    assert not leaks(body_of(client_for(keeper).get(f"{API}/conversations/{conversation.pk}/")))
     replay = async_since(str(conversation.pk))
     assert replay, "the turn's frames were kept for replay"
     assert [frame for frame in replay if leaks(frame)] == []
@@ -159,7 +150,7 @@ def async_since(thread_id: str) -> list[dict[str, Any]]:
 
 
 def _ask(user: Any) -> PendingAction:
-    response = api_client(user).post(f"{API}/messages/", {"message": ASK}, format="json")
+    response = client_for(user).post(f"{API}/messages/", {"message": ASK}, format="json")
     assert response.status_code == 201
     (action,) = response.json()["pending_actions"]
     stored = PendingAction.objects.get(pk=action["id"])
@@ -251,14 +242,6 @@ def test_asking_again_sweeps_the_users_expired_actions(keeper):
 # -- websocket -------------------------------------------------------------------------------
 
 
-async def _open(user: Any) -> WebsocketCommunicator:
-    socket = WebsocketCommunicator(application, "/ws/assistant/", headers=[ORIGIN])
-    socket.scope["user"] = user
-    connected, _ = await socket.connect(timeout=WAIT)
-    assert connected
-    return socket
-
-
 async def _frames_until(socket: WebsocketCommunicator, last: Callable[[dict[str, Any]], bool]):
     frames = [await socket.receive_json_from(timeout=WAIT)]
     while not last(frames[-1]):
@@ -276,16 +259,15 @@ def _resumed(frame: dict[str, Any]) -> bool:
 
 async def _websocket_turn(keeper: Any) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
     """Send the secret over a socket, then resume the conversation on a second socket."""
-    from tests.test_websocket import turns_ended
 
-    socket = await _open(keeper)
+    socket = await connect(keeper)
     try:
         await socket.send_json_to({"type": "message", "text": ASK})
         frames = await _frames_until(socket, _run_ended)
         await turns_ended(WAIT)
         # the socket's own pending-action list comes first; the turn's frames after it
         thread_id = next(frame["threadId"] for frame in frames if "threadId" in frame)
-        second = await _open(keeper)
+        second = await connect(keeper)
         try:
             await second.send_json_to({"type": "resume", "conversation": thread_id, "after": 0})
             resumed = await _frames_until(second, _resumed)
@@ -327,9 +309,8 @@ async def test_a_secret_sent_over_the_websocket_is_nowhere_in_clear(keeper, supe
 
 @pytest.mark.django_db(transaction=True)
 async def test_a_secret_confirmed_over_the_websocket_ran_and_was_forgotten(keeper):
-    from tests.test_websocket import turns_ended
 
-    socket = await _open(keeper)
+    socket = await connect(keeper)
     try:
         await socket.send_json_to({"type": "message", "text": ASK})
         asked = await _frames_until(socket, _run_ended)
@@ -495,14 +476,13 @@ def test_a_handler_repeating_the_secret_is_redacted_in_the_turn(keeper):
 
 @pytest.mark.django_db(transaction=True)
 async def test_falling_back_to_keywords_still_echoes_the_message_redacted(settings, keeper):
-    from tests.test_websocket import turns_ended
 
     settings.ASSISTANT = {
         **settings.ASSISTANT,
         "PLANNER": "llm",
         "LLM": {"BASE_URL": closed_port_url(), "TIMEOUT": 2, "FALLBACK_TO_KEYWORDS": True},
     }
-    socket = await _open(keeper)
+    socket = await connect(keeper)
     try:
         await socket.send_json_to({"type": "message", "text": f"store secret x secret={SECRET}"})
         frames = await _frames_until(socket, _run_ended)

@@ -20,13 +20,11 @@ from websockets.exceptions import ConnectionClosed
 from assistant.chat import start_turn
 from assistant.exceptions import TurnInProgress
 from assistant.models import AuditEntry, Message
-from tests import test_websocket
 from tests.channel_layers import REDIS_CHANNEL_LAYERS, redis_channel_layer
+from tests.clients import API
+from tests.sockets import kind, receive, receive_until, send
 from tests.test_channel_layers import session_cookie, ws_connect, ws_receive, ws_send
-from tests.test_websocket import kind, receive, receive_until, send
 
-open_socket = test_websocket.open_socket
-API = "/assistant/api"
 FINAL = {"complete", "cancelled", "failed"}
 
 

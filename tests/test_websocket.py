@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
 from ag_ui.core import Event
 from asgiref.sync import sync_to_async
-from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.test import Client, override_settings
 from pydantic import TypeAdapter
@@ -20,12 +16,20 @@ from pydantic import TypeAdapter
 from assistant.chat import TURN_FAILED
 from assistant.dispatch import adispatch
 from assistant.models import AuditEntry, Conversation, Message, PendingAction
-from assistant.runner import RUNNING
-from tests.asgi import application
+from tests.sockets import (
+    WAIT,
+    Socket,
+    kind,
+    kinds,
+    only,
+    receive,
+    receive_run,
+    receive_until,
+    send,
+    turns_ended,
+)
 from tests.testapp.models import Order
 
-WAIT = 5  # seconds any single frame may take to arrive
-ORIGIN = (b"origin", b"http://127.0.0.1")
 AG_UI_EVENT = TypeAdapter(Event)
 
 # One turn that runs a safe tool, as a client sees it.
@@ -57,91 +61,6 @@ DECISION_RUN = [
     "TEXT_MESSAGE_END",
     "RUN_FINISHED",
 ]
-
-Socket = WebsocketCommunicator
-OpenSocket = Callable[..., Awaitable[Socket]]
-
-
-def kind(frame: dict[str, Any]) -> str:
-    """A frame's type, with what tells same-typed frames apart (role, tool, custom name)."""
-    detail = frame.get("role") if frame["type"] == "TEXT_MESSAGE_START" else None
-    detail = frame.get("toolCallName") if frame["type"] == "TOOL_CALL_START" else detail
-    detail = frame.get("name") if frame["type"] == "CUSTOM" else detail
-    return f"{frame['type']} {detail}" if detail else frame["type"]
-
-
-def kinds(frames: list[dict[str, Any]]) -> list[str]:
-    return [kind(frame) for frame in frames]
-
-
-def only(frames: list[dict[str, Any]], wanted: str) -> dict[str, Any]:
-    """The one frame of this kind in a run."""
-    (found,) = [frame for frame in frames if kind(frame) == wanted]
-    return found
-
-
-async def receive(socket: Socket) -> dict[str, Any]:
-    return await socket.receive_json_from(timeout=WAIT)
-
-
-async def turns_ended(within: float) -> bool:
-    """Wait until every launched turn has returned; False if some still run after ``within`` s."""
-    running = set(RUNNING)
-    if not running:
-        return True
-    _, still_running = await asyncio.wait(running, timeout=within)
-    return not still_running
-
-
-async def receive_run(socket: Socket) -> list[dict[str, Any]]:
-    """Frames up to and including the one that ends a run (RUN_FINISHED or RUN_ERROR).
-
-    Then lets the turn finish tidying up: in-memory SQLite (a shared cache) refuses a write
-    while another thread still reads the same table, so the test's next message waits for it.
-    """
-    frames = [await receive(socket)]
-    while frames[-1]["type"] not in ("RUN_FINISHED", "RUN_ERROR"):
-        frames.append(await receive(socket))
-    await turns_ended(WAIT)
-    return frames
-
-
-async def receive_until(socket: Socket, frame_type: str) -> list[dict[str, Any]]:
-    frames = [await receive(socket)]
-    while frames[-1]["type"] != frame_type:
-        frames.append(await receive(socket))
-    return frames
-
-
-async def send(socket: Socket, **content: Any) -> None:
-    await socket.send_json_to(content)
-
-
-@pytest.fixture
-async def open_socket() -> AsyncIterator[OpenSocket]:
-    """Connect sockets to the test ASGI app; disconnect them and let their turns end afterwards."""
-    opened: list[Socket] = []
-
-    async def open_(user: Any = None, *, cookie: str | None = None) -> Socket:
-        headers = [ORIGIN]
-        if cookie is not None:
-            headers.append((b"cookie", cookie.encode()))
-        socket = WebsocketCommunicator(application, "/ws/assistant/", headers=headers)
-        if user is not None:
-            socket.scope["user"] = user
-        connected, _ = await socket.connect(timeout=WAIT)
-        assert connected
-        opened.append(socket)
-        return socket
-
-    yield open_
-    for socket in opened:
-        with contextlib.suppress(Exception):  # a socket the test saw crash has nothing to close
-            await socket.disconnect(timeout=WAIT)
-    if not await turns_ended(WAIT):
-        for task in RUNNING:
-            task.cancel()
-        await turns_ended(WAIT)
 
 
 def stored(conversation_id: str) -> list[Message]:

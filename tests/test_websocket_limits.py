@@ -31,8 +31,8 @@ from assistant.checks import check_settings
 from assistant.models import Conversation, Message
 from tests import browsing, test_websocket
 from tests.asgi import application
+from tests.sockets import ORIGIN, WAIT, kind, kinds, receive, receive_run, send
 from tests.test_channel_layers import database_url, free_port, session_cookie, wait_until_listening
-from tests.test_websocket import WAIT, kind, kinds, receive, receive_run, send
 
 ROOT = Path(__file__).resolve().parent.parent
 CAP = 256 * 1024  # the daphne server's SOCKET_MAX_PENDING_BYTES
@@ -172,9 +172,6 @@ def test_a_reading_client_gets_a_snapshot_larger_than_the_cap_in_full(daphne_ser
 
 
 # -- in process: snapshots, throttling, bad frames, missing pieces ------------------------------
-
-
-open_socket = test_websocket.open_socket
 
 
 def messages_in(conversation: Conversation, count: int) -> None:
@@ -327,7 +324,7 @@ async def test_without_a_channel_layer_the_socket_says_channel_layer_missing_and
     settings.CHANNEL_LAYERS = {}
     channel_layers.backends.clear()
     caplog.set_level(logging.INFO, logger="assistant")
-    socket = WebsocketCommunicator(application, "/ws/assistant/", headers=[test_websocket.ORIGIN])
+    socket = WebsocketCommunicator(application, "/ws/assistant/", headers=[ORIGIN])
     socket.scope["user"] = plain_user
     try:
         connected, _ = await socket.connect(timeout=WAIT)

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -14,60 +11,11 @@ from channels.testing import WebsocketCommunicator
 
 from assistant.runner import RUNNING
 from tests.asgi import application
-from tests.testapp.assistant_tools import LIFECYCLE_LOG
+from tests.lifecycles import eventually
+from tests.lifecycles import log as log  # a fixture
+from tests.sockets import ORIGIN, WAIT, OpenSocket, Socket
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-WAIT = 5.0  # seconds any single frame or lifecycle step may take
-ORIGIN = (b"origin", b"http://127.0.0.1")
-
-Socket = WebsocketCommunicator
-OpenSocket = Callable[[Any], Awaitable[Socket]]
-
-
-async def eventually(condition: Callable[[], bool], within: float = WAIT) -> bool:
-    """Poll ``condition`` until it holds or ``within`` seconds pass."""
-    deadline = time.monotonic() + within
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.01)
-    return True
-
-
-@pytest.fixture
-def log() -> Iterator[list[str]]:
-    """The test toolsets' shared lifecycle log, emptied for this test."""
-    LIFECYCLE_LOG.clear()
-    yield LIFECYCLE_LOG
-    LIFECYCLE_LOG.clear()
-
-
-@pytest.fixture
-def diagnostician(make_user: Callable[..., Any]) -> Any:
-    """May use the test toolsets' tools."""
-    return make_user("diagnostician", "assistant.diagnostics_run")
-
-
-@pytest.fixture
-async def open_socket() -> AsyncIterator[OpenSocket]:
-    """Connect sockets as a user; afterwards close them and let their turns end."""
-    opened: list[Socket] = []
-
-    async def open_(user: Any) -> Socket:
-        socket = WebsocketCommunicator(application, "/ws/assistant/", headers=[ORIGIN])
-        socket.scope["user"] = user
-        connected, _ = await socket.connect(timeout=WAIT)
-        assert connected
-        opened.append(socket)
-        return socket
-
-    yield open_
-    for socket in opened:
-        with contextlib.suppress(Exception):  # already closed by the test
-            await socket.disconnect(timeout=WAIT)
-    if RUNNING:
-        await asyncio.wait(set(RUNNING), timeout=WAIT)
 
 
 async def ask(socket: Socket, text: str) -> list[dict[str, Any]]:
@@ -105,7 +53,7 @@ async def test_connecting_starts_the_sessions_toolsets(
 ) -> None:
     await open_socket(diagnostician)
 
-    assert await eventually(lambda: "probe:start" in log)
+    assert await eventually(lambda: "probe:start" in log, within=WAIT)
     assert log == ["probe:start"]
 
 
@@ -128,11 +76,11 @@ async def test_a_normal_close_stops_the_toolsets(
     open_socket: OpenSocket, diagnostician: Any, log: list[str]
 ) -> None:
     socket = await open_socket(diagnostician)
-    assert await eventually(lambda: "probe:start" in log)
+    assert await eventually(lambda: "probe:start" in log, within=WAIT)
 
     await socket.disconnect(code=1000, timeout=WAIT)
 
-    assert await eventually(lambda: "probe:background-exit" in log)
+    assert await eventually(lambda: "probe:background-exit" in log, within=WAIT)
     assert log[:2] == ["probe:start", "probe:stop"]
     assert "probe:cancel" not in log
 
@@ -141,11 +89,11 @@ async def test_going_away_is_a_normal_close(
     open_socket: OpenSocket, diagnostician: Any, log: list[str]
 ) -> None:
     socket = await open_socket(diagnostician)
-    assert await eventually(lambda: "probe:start" in log)
+    assert await eventually(lambda: "probe:start" in log, within=WAIT)
 
     await socket.disconnect(code=1001, timeout=WAIT)
 
-    assert await eventually(lambda: "probe:stop" in log)
+    assert await eventually(lambda: "probe:stop" in log, within=WAIT)
     assert "probe:cancel" not in log
 
 
@@ -154,11 +102,11 @@ async def test_an_abnormal_close_cancels_the_toolsets(
     open_socket: OpenSocket, diagnostician: Any, log: list[str], code: int
 ) -> None:
     socket = await open_socket(diagnostician)
-    assert await eventually(lambda: "probe:start" in log)
+    assert await eventually(lambda: "probe:start" in log, within=WAIT)
 
     await socket.disconnect(code=code, timeout=WAIT)
 
-    assert await eventually(lambda: "probe:background-exit" in log)
+    assert await eventually(lambda: "probe:background-exit" in log, within=WAIT)
     assert log[:3] == ["probe:start", "probe:cancel", "probe:stop"]
 
 
@@ -166,7 +114,7 @@ async def test_a_turn_uses_the_sessions_toolset(
     open_socket: OpenSocket, diagnostician: Any, log: list[str]
 ) -> None:
     socket = await open_socket(diagnostician)
-    assert await eventually(lambda: "probe:start" in log)
+    assert await eventually(lambda: "probe:start" in log, within=WAIT)
 
     first = await ask(socket, "probe state")
     second = await ask(socket, "probe state")
@@ -180,7 +128,7 @@ async def test_each_connection_has_its_own_toolset_instances(
     open_socket: OpenSocket, diagnostician: Any, log: list[str]
 ) -> None:
     one, two = await open_socket(diagnostician), await open_socket(diagnostician)
-    assert await eventually(lambda: log.count("probe:start") == 2)
+    assert await eventually(lambda: log.count("probe:start") == 2, within=WAIT)
 
     assert probe_id(await ask(one, "probe state")) != probe_id(await ask(two, "probe state"))
 
@@ -194,7 +142,7 @@ async def test_the_users_cancel_frame_cancels_the_toolsets(
 
     await socket.send_json_to({"type": "cancel", "conversation": frames[0]["threadId"]})
 
-    assert await eventually(lambda: "probe:background-exit" in log)
+    assert await eventually(lambda: "probe:background-exit" in log, within=WAIT)
     assert log[:3] == ["probe:start", "probe:cancel", "probe:stop"]
     after = probe_id(await ask(socket, "probe state"))  # restarted on next use
     assert after != before
@@ -205,7 +153,7 @@ async def test_asking_for_a_broken_toolsets_tool_gets_the_capabilities_instead(
     open_socket: OpenSocket, diagnostician: Any, log: list[str]
 ) -> None:
     socket = await open_socket(diagnostician)
-    assert await eventually(lambda: "probe:start" in log)
+    assert await eventually(lambda: "probe:start" in log, within=WAIT)
 
     frames = await ask(socket, "broken tool")
 
@@ -218,7 +166,7 @@ async def test_the_capabilities_leave_out_a_broken_toolsets_tools(
     open_socket: OpenSocket, diagnostician: Any, log: list[str]
 ) -> None:
     socket = await open_socket(diagnostician)
-    assert await eventually(lambda: "probe:start" in log)
+    assert await eventually(lambda: "probe:start" in log, within=WAIT)
 
     (outcome,) = outcomes(await ask(socket, "what can you do"))
 

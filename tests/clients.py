@@ -1,0 +1,39 @@
+"""HTTP clients for the tests: signed in as a user (REST unless asked otherwise), and what they call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.test import Client
+from rest_framework.test import APIClient
+
+API = "/assistant/api"
+# The test app's tools that every signed-in user may call.
+PUBLIC_TOOLS = [
+    "apong",
+    "echo_types",
+    "explode",
+    "forbid",
+    "get_task_status",
+    "ping",
+    "show_capabilities",
+    "slow",
+    "slow_sync",
+]
+
+
+def client_for(user: Any, client_class: type[Client] = APIClient, **options: Any) -> Any:
+    """A ``client_class(**options)`` with ``user`` signed in through the session."""
+    client = client_class(**options)
+    client.force_login(user)
+    return client
+
+
+def dispatch_call(client: Any, operation: str, **entities: Any) -> Any:
+    return client.post(
+        f"{API}/dispatch/", {"operation": operation, "entities": entities}, format="json"
+    )
+
+
+def operations(tools: list[dict[str, Any]]) -> list[str]:
+    return sorted(tool["operation"] for tool in tools)
