@@ -76,10 +76,10 @@ def conversation_for(user: Any, conversation_id: Any) -> Conversation:
     try:
         pk = uuid.UUID(str(conversation_id))
     except ValueError:
-        raise ConversationNotFound("No such conversation of yours.") from None
+        raise ConversationNotFound() from None
     conversation = Conversation.objects.filter(pk=pk, user_id=user.pk).first()
     if conversation is None:
-        raise ConversationNotFound("No such conversation of yours.")
+        raise ConversationNotFound()
     return conversation
 
 
@@ -672,12 +672,12 @@ def decision_turn(
     try:
         pk = uuid.UUID(str(action_id))
     except ValueError:
-        raise ActionNotFound("No such pending action is waiting for you.") from None
+        raise ActionNotFound() from None
     action = (
         PendingAction.objects.owned_by(user).select_related("conversation").filter(pk=pk).first()
     )
     if action is None:
-        raise ActionNotFound("No such pending action is waiting for you.")
+        raise ActionNotFound()
     conversation = action.conversation
     if conversation is None:
         title = f"{'Confirm' if confirm else 'Reject'} {action.operation}"

@@ -32,7 +32,7 @@ from .chat import (
 from .conf import assistant_settings
 from .dispatch import redacted
 from .eventlog import event_log
-from .exceptions import AssistantError, Throttled
+from .exceptions import AssistantError, FrameError, Throttled
 from .jobs import cancel_job
 from .lifecycle import ToolSession, bind_process_session, new_session
 from .models import Conversation, Message, PendingAction
@@ -51,12 +51,6 @@ MAX_SEQ = 2**63 - 1
 # carries no more than half that of message text and tool calls, as JSON encodes them
 SNAPSHOT_MAX_BYTES = 512 * 1024
 DRAIN_PATIENCE = 2.0  # seconds a socket past its cap may go without the client reading a byte
-
-
-class FrameError(AssistantError):
-    """A frame the server cannot act on."""
-
-    code = "bad_frame"
 
 
 class AssistantConsumer(AsyncWebsocketConsumer):
@@ -198,7 +192,7 @@ class AssistantConsumer(AsyncWebsocketConsumer):
 
     def parse(self, text_data: str | None, bytes_data: bytes | None) -> dict[str, Any]:
         if text_data is None:
-            raise FrameError("Frames are JSON text.", code="bad_frame")
+            raise FrameError("Frames are JSON text.")
         if len(text_data) > int(assistant_settings.MAX_MESSAGE_LENGTH) * 2 + 1024:
             raise FrameError("The frame is too large.", code="frame_too_large")
         try:
@@ -206,7 +200,7 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         except ValueError:
             raise FrameError("The frame is not valid JSON.", code="bad_json") from None
         if not isinstance(content, dict) or not isinstance(content.get("type"), str):
-            raise FrameError('A frame is a JSON object with a "type".', code="bad_frame")
+            raise FrameError('A frame is a JSON object with a "type".')
         return content
 
     @staticmethod
@@ -369,7 +363,7 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         after = content.get("after")
         after = 0 if after is None else after
         if isinstance(after, bool) or not isinstance(after, int) or not 0 <= after <= MAX_SEQ:
-            raise FrameError('"after" must be a whole number, 0 or more.', code="bad_frame")
+            raise FrameError('"after" must be a whole number, 0 or more.')
         await self.watch(conversation)
         replay = await event_log().since(thread_id, after)
         frames = replay.frames
@@ -454,7 +448,7 @@ def _stored_messages(conversation: Any) -> tuple[list[Message], bool]:
 
 
 def _not_json(constant: str) -> Any:
-    raise FrameError(f"{constant} is not a number JSON allows.", code="bad_frame")
+    raise FrameError(f"{constant} is not a number JSON allows.")
 
 
 class TurnThrottle(AssistantThrottle):

@@ -69,11 +69,15 @@ class PermissionDenied(AssistantError, DjangoPermissionDenied):
     status = 403
 
 
-class ActionNotFound(AssistantError, LookupError):
-    """No such pending action is waiting for you."""
+class NotFound(AssistantError, LookupError):
+    """Nothing of yours is there."""
 
     code = "not_found"
     status = 404
+
+
+class ActionNotFound(NotFound):
+    """No such pending action is waiting for you."""
 
 
 class AlreadyDecided(AssistantError):
@@ -104,11 +108,8 @@ class UnsafeDatabaseRole(AssistantError, ImproperlyConfigured):
     status = 503
 
 
-class ConversationNotFound(AssistantError, LookupError):
+class ConversationNotFound(NotFound):
     """No such conversation of yours."""
-
-    code = "not_found"
-    status = 404
 
 
 class InvalidMessage(AssistantError, ValueError):
@@ -188,3 +189,38 @@ class LLMUnavailable(AssistantError):
 
     code = "llm_unavailable"
     status = 503
+
+
+class Cancelled(AssistantError):
+    """The run was stopped."""
+
+    code = "cancelled"
+    status = 409
+
+
+class FrameError(AssistantError):
+    """A websocket frame the server cannot act on."""
+
+    code = "bad_frame"
+
+
+class JobDefinitionError(AssistantError, TypeError):
+    """A job function must be importable by its dotted path (module-level, not a lambda)."""
+
+    code = "job_definition"
+
+
+class JobNotFound(NotFound):
+    """No such job of yours."""
+
+
+class WorkerLost(AssistantError, RuntimeError):
+    """How a reaped job's task row names its end: the worker went silent."""
+
+    code = "worker_lost"
+
+
+class EvalError(AssistantError):
+    """A golden case is malformed or names a user or role that does not exist."""
+
+    code = "invalid_eval_case"

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from asgiref.sync import async_to_sync, sync_to_async
+from asgiref.sync import async_to_sync
 from django import db
 from django.apps import apps
 from django.core.exceptions import ValidationError
@@ -30,20 +30,14 @@ from django.utils.module_loading import import_string
 
 from .compat import task
 from .conf import assistant_settings
-from .exceptions import AssistantError
-from .lifecycle import CancellationToken, Cancelled
+from .exceptions import Cancelled, JobDefinitionError, JobNotFound, WorkerLost
+from .lifecycle import CancellationToken
 from .models import Job, Message
 
 if TYPE_CHECKING:
     from .registry import ToolCall
 
 logger = logging.getLogger("assistant.jobs")
-
-
-class JobDefinitionError(AssistantError, TypeError):
-    """A job function must be importable by its dotted path (module-level, not a lambda)."""
-
-    code = "job_definition"
 
 
 def _path_of(function: Callable[..., Any]) -> str:
@@ -82,9 +76,6 @@ class JobManager:
         )
         transaction.on_commit(lambda: _hand_over(job))
         return job
-
-    async def aenqueue(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Job:
-        return await sync_to_async(self.enqueue)(function, *args, **kwargs)
 
 
 def _hand_over(job: Job) -> None:
@@ -245,10 +236,6 @@ def reap_stale_jobs(*, stale_after: float | None = None, dry_run: bool = False) 
     return reaped
 
 
-class WorkerLost(RuntimeError):
-    """How a reaped job's task row names its end: the worker went silent."""
-
-
 def _fail_task_result(job: Job) -> None:
     """End django-tasks-db's own row of a reaped job too, so its admin no longer shows it running."""
     try:
@@ -283,22 +270,15 @@ def job_event(job: Job) -> dict[str, Any]:
     }
 
 
-class JobNotFound(AssistantError, LookupError):
-    """No such job of yours."""
-
-    code = "not_found"
-    status = 404
-
-
 def job_for(user: Any, job_id: Any) -> Job:
     """A job this user may see (their own; any, for staff with ``assistant.view_job``)."""
     try:
         pk = uuid.UUID(str(job_id))
     except ValueError:
-        raise JobNotFound("No such job of yours.") from None
+        raise JobNotFound() from None
     job = Job.objects.visible_to(user).filter(pk=pk).first()
     if job is None:
-        raise JobNotFound("No such job of yours.")
+        raise JobNotFound()
     return job
 
 
@@ -306,7 +286,7 @@ def cancel_job(user: Any, job_id: Any) -> Job:
     """The user asks a job to stop; finished jobs are left as they are."""
     job = job_for(user, job_id)
     if job.user_id != user.pk and not user.has_perm("assistant.change_job"):
-        raise JobNotFound("No such job of yours.")
+        raise JobNotFound()
     job.request_cancel()
     if job.status == Job.Status.CANCELLED:
         announce_completion(job)  # it never started: no worker will say so

@@ -23,16 +23,8 @@ from django_tasks_db.models import DBTaskResult
 from rest_framework.test import APIClient
 
 from assistant.dispatch import dispatch
-from assistant.jobs import (
-    JobContext,
-    JobDefinitionError,
-    JobManager,
-    JobNotFound,
-    cancel_job,
-    execute_job,
-    run_job,
-)
-from assistant.lifecycle import Cancelled
+from assistant.exceptions import Cancelled, JobDefinitionError, JobNotFound
+from assistant.jobs import JobContext, JobManager, cancel_job, execute_job, run_job
 from assistant.models import Conversation, Job, Message
 from tests import race_jobs
 from tests.race_jobs import DATABASE_BACKEND, Workers, eventually

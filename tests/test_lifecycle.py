@@ -24,9 +24,8 @@ from assistant import (
 )
 from assistant.chat import arun_turn
 from assistant.dispatch import adispatch, dispatch
-from assistant.exceptions import ToolDefinitionError
+from assistant.exceptions import Cancelled, ToolDefinitionError
 from assistant.lifecycle import (
-    Cancelled,
     LifespanMiddleware,
     ToolSession,
     bind_process_session,
