@@ -63,7 +63,7 @@ def check_message(text: Any) -> str:
     """The message as it will be stored, or ``InvalidMessage``."""
     if not isinstance(text, str) or not text.strip():
         raise InvalidMessage("The message is empty.")
-    limit = int(assistant_settings.MAX_MESSAGE_LENGTH)
+    limit = assistant_settings.MAX_MESSAGE_LENGTH
     if len(text) > limit:
         raise InvalidMessage(f"The message is longer than {limit} characters.")
     if storable_text(text) != text:

@@ -193,7 +193,7 @@ class AssistantConsumer(AsyncWebsocketConsumer):
     def parse(self, text_data: str | None, bytes_data: bytes | None) -> dict[str, Any]:
         if text_data is None:
             raise FrameError("Frames are JSON text.")
-        if len(text_data) > int(assistant_settings.MAX_MESSAGE_LENGTH) * 2 + 1024:
+        if len(text_data) > assistant_settings.MAX_MESSAGE_LENGTH * 2 + 1024:
             raise FrameError("The frame is too large.", code="frame_too_large")
         try:
             content = json.loads(text_data, parse_constant=_not_json)
@@ -220,7 +220,7 @@ class AssistantConsumer(AsyncWebsocketConsumer):
             await self.send(text_data=data)
         finally:
             self.in_flight -= len(data)
-        cap = int(assistant_settings.SOCKET_MAX_PENDING_BYTES)
+        cap = assistant_settings.SOCKET_MAX_PENDING_BYTES
         if self.pending_bytes() > cap:
             await self.drain(cap)
 
@@ -434,7 +434,7 @@ def _waiting_actions(user: Any) -> list[dict[str, Any]]:
 def _stored_messages(conversation: Any) -> tuple[list[Message], bool]:
     """The conversation's newest messages, oldest first, within the snapshot's bounds; and if
     older ones were left out."""
-    limit = int(assistant_settings.SNAPSHOT_MAX_MESSAGES)
+    limit = assistant_settings.SNAPSHOT_MAX_MESSAGES
     newest = Message.objects.filter(conversation=conversation).order_by("-created_at", "-id")
     candidates = list(newest[: limit + 1])
     kept: list[Message] = []

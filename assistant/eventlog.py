@@ -192,9 +192,9 @@ def event_log() -> EventLog:
     global _log
     if _log is None:
         url = assistant_settings.EVENT_LOG
-        keep = int(assistant_settings.EVENT_LOG_KEEP)
+        keep = assistant_settings.EVENT_LOG_KEEP
         if url:
-            _log = RedisEventLog(url, keep=keep, ttl=int(assistant_settings.EVENT_LOG_TTL))
+            _log = RedisEventLog(url, keep=keep, ttl=assistant_settings.EVENT_LOG_TTL)
         else:
             _log = MemoryEventLog(keep=keep)
     return _log

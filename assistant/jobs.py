@@ -112,7 +112,7 @@ def worker_name() -> str:
 
 
 def _heartbeat(context: JobContext, stop: threading.Event) -> None:
-    interval = float(assistant_settings.JOB_HEARTBEAT)
+    interval = assistant_settings.JOB_HEARTBEAT
     try:
         while not stop.wait(interval):
             try:
@@ -215,7 +215,7 @@ def announce_completion(job: Job) -> None:
 
 def reap_stale_jobs(*, stale_after: float | None = None, dry_run: bool = False) -> list[Job]:
     """Mark failed the running jobs whose worker stopped beating; returns them."""
-    seconds = float(stale_after if stale_after is not None else assistant_settings.JOB_STALE_AFTER)
+    seconds = assistant_settings.JOB_STALE_AFTER if stale_after is None else stale_after
     stale = list(Job.objects.stale(timezone.now() - timedelta(seconds=seconds)))
     if dry_run:
         return stale

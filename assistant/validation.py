@@ -653,7 +653,7 @@ def llm_review(target: Any, options: dict[str, Any], run: Any) -> Verdict:
     client = openai.OpenAI(
         base_url=config["BASE_URL"],
         api_key=os.environ.get(config["API_KEY_ENV"] or "", "") or "not-needed",
-        timeout=float(config["TIMEOUT"]),
+        timeout=config["TIMEOUT"],
         max_retries=0,
     )
     try:

@@ -34,7 +34,7 @@ def make_client(config: dict[str, Any]) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(
         base_url=config["BASE_URL"],
         api_key=os.environ.get(config["API_KEY_ENV"] or "", "") or "not-needed",
-        timeout=float(config["TIMEOUT"]),
+        timeout=config["TIMEOUT"],
         max_retries=0,
     )
 
@@ -92,13 +92,13 @@ class LLMPlanner:
     async def converse(self, turn: Turn, config: dict[str, Any]) -> None:
         client = make_client(config)
         tools = await sync_to_async(turn.site.get_catalog)(turn.user, session=turn.session)
-        earlier = await sync_to_async(history)(turn, int(config["MAX_HISTORY"]))
+        earlier = await sync_to_async(history)(turn, config["MAX_HISTORY"])
         messages: list[dict[str, Any]] = [{"role": "system", "content": config["SYSTEM_PROMPT"]}]
         messages += earlier
         if turn.user_message is not None:
             messages.append({"role": "user", "content": turn.user_message.text})
         try:
-            for _ in range(int(config["MAX_STEPS"])):
+            for _ in range(config["MAX_STEPS"]):
                 calls = await self.step(turn, client, config, messages, tools)
                 if not calls:
                     return
@@ -167,7 +167,7 @@ async def stream_reply(
     calls = StreamedCalls()
     try:
         stream = await _open_stream(client, config, messages, tools)
-        async for chunk in _bounded(stream, float(config["TIMEOUT"])):
+        async for chunk in _bounded(stream, config["TIMEOUT"]):
             on_usage(chunk.model or config["MODEL"], _usage(chunk))
             # Usage-only and keep-alive chunks have no choices (Azure, Mistral, OpenAI).
             for choice in chunk.choices or ():
