@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -18,6 +17,7 @@ from ..budgets import check_budget
 from ..conf import assistant_settings
 from ..dispatch import Outcome
 from ..exceptions import LLMUnavailable
+from ..llm_client import make_async_client
 from ..models import Message
 
 if TYPE_CHECKING:
@@ -26,17 +26,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("assistant.planner.llm")
 RESULT_LIMIT = 4000  # characters of a tool result the model sees; the UI gets everything
 FALLBACK_NOTICE = "The language model is unavailable; I answered with simple keyword matching.\n\n"
-
-
-def make_client(config: dict[str, Any]) -> openai.AsyncOpenAI:
-    if not config["MODEL"]:
-        raise LLMUnavailable("No language model is configured (ASSISTANT['LLM']['MODEL']).")
-    return openai.AsyncOpenAI(
-        base_url=config["BASE_URL"],
-        api_key=os.environ.get(config["API_KEY_ENV"] or "", "") or "not-needed",
-        timeout=config["TIMEOUT"],
-        max_retries=0,
-    )
 
 
 def history(turn: Turn, limit: int) -> list[dict[str, Any]]:
@@ -90,7 +79,7 @@ class LLMPlanner:
             await fallback.run(turn, intents)
 
     async def converse(self, turn: Turn, config: dict[str, Any]) -> None:
-        client = make_client(config)
+        client = make_async_client(config)
         tools = await sync_to_async(turn.site.get_catalog)(turn.user, session=turn.session)
         earlier = await sync_to_async(history)(turn, config["MAX_HISTORY"])
         messages: list[dict[str, Any]] = [{"role": "system", "content": config["SYSTEM_PROMPT"]}]
