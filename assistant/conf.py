@@ -160,7 +160,7 @@ SETTINGS: dict[str, Setting] = {
         accepts=_is_path,
         expected="a path starting and ending with '/'",
         example="'/ws/assistant/'",
-        doc="where the project routes AssistantConsumer (the chat page connects there)",
+        doc="where websocket_urlpatterns routes AssistantConsumer and the chat page connects",
     ),
     "SOCKET_MAX_PENDING_BYTES": Setting(
         default=8 * 1024 * 1024,
