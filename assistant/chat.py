@@ -55,7 +55,8 @@ class TurnResult:
         return [
             o.pending_action
             for o in self.outcomes
-            if o.decision == "confirmation_requested" and o.pending_action is not None
+            if o.decision == AuditEntry.Decision.CONFIRMATION_REQUESTED
+            and o.pending_action is not None
         ]
 
 

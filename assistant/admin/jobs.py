@@ -83,7 +83,7 @@ class JobAdmin(ReadOnlyAdmin):
         from ..jobs import announce_completion
 
         asked = 0
-        for job in queryset.filter(status__in=["queued", "running"]):
+        for job in queryset.filter(status__in=[Job.Status.QUEUED, Job.Status.RUNNING]):
             if job.request_cancel():
                 asked += 1
                 record_action(request, "cancel_job", {"job": str(job.pk)}, domain="jobs")
