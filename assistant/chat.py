@@ -23,6 +23,7 @@ from .exceptions import (
     ConversationNotFound,
     InvalidIdempotencyKey,
     InvalidMessage,
+    MessageNotStored,
     ReplyNotStored,
     TurnInProgress,
 )
@@ -35,7 +36,6 @@ from .runner import Publisher, keep, lane, loop_state
 from .storable import storable_text
 
 logger = logging.getLogger("assistant.chat")
-MESSAGE_NOT_STORED = "Sorry, your message could not be saved. Please try again."
 TURN_FAILED = (
     "Sorry, something went wrong while answering; your message is saved. Please try again."
 )
@@ -591,13 +591,11 @@ async def _message_in_lane(
             except DatabaseError:
                 # (say, the user or the conversation was deleted meanwhile): nothing was stored
                 logger.exception("Storing a message failed")
-                await _tell(
-                    on_refused, AssistantError(MESSAGE_NOT_STORED, code="message_not_stored")
-                )
+                await _tell(on_refused, MessageNotStored())
                 return None
             except Exception:
                 logger.exception("Starting a turn failed")
-                await _tell(on_refused, AssistantError(MESSAGE_NOT_STORED, code="internal_error"))
+                await _tell(on_refused, MessageNotStored(code="internal_error"))
                 return None
             await _tell(on_started, conversation)
             turn = Turn(

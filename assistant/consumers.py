@@ -32,7 +32,16 @@ from .chat import (
 from .conf import assistant_settings
 from .dispatch import redacted
 from .eventlog import event_log
-from .exceptions import AssistantError, FrameError, Throttled
+from .exceptions import (
+    AssistantError,
+    FrameError,
+    FrameNotJSON,
+    FrameTooLarge,
+    MissingField,
+    NothingToCancel,
+    Throttled,
+    UnknownFrameType,
+)
 from .jobs import cancel_job
 from .lifecycle import ToolSession, bind_process_session, new_session
 from .models import Conversation, Message, PendingAction
@@ -171,7 +180,7 @@ class AssistantConsumer(AsyncWebsocketConsumer):
             content = self.parse(text_data, bytes_data)
             handler = getattr(self, f"on_{content['type']}", None)
             if handler is None:
-                raise FrameError(f"Unknown frame type {content['type']!r}.", code="unknown_type")
+                raise UnknownFrameType(f"Unknown frame type {content['type']!r}.")
             if content["type"] in TURN_FRAMES:
                 await self.throttle()
             if content["type"] != "message":
@@ -194,11 +203,11 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         if text_data is None:
             raise FrameError("Frames are JSON text.")
         if len(text_data) > assistant_settings.MAX_MESSAGE_LENGTH * 2 + 1024:
-            raise FrameError("The frame is too large.", code="frame_too_large")
+            raise FrameTooLarge()
         try:
             content = json.loads(text_data, parse_constant=_not_json)
         except ValueError:
-            raise FrameError("The frame is not valid JSON.", code="bad_json") from None
+            raise FrameNotJSON() from None
         if not isinstance(content, dict) or not isinstance(content.get("type"), str):
             raise FrameError('A frame is a JSON object with a "type".')
         return content
@@ -207,7 +216,7 @@ class AssistantConsumer(AsyncWebsocketConsumer):
     def required(content: dict[str, Any], key: str) -> Any:
         value = content.get(key)
         if value in (None, ""):
-            raise FrameError(f'The frame needs "{key}".', code="missing_field")
+            raise MissingField(f'The frame needs "{key}".')
         return value
 
     async def send_frame(self, frame: dict[str, Any]) -> None:
@@ -347,7 +356,7 @@ class AssistantConsumer(AsyncWebsocketConsumer):
     async def on_cancel(self, content: dict[str, Any]) -> None:
         thread_id = content.get("conversation") or self.current
         if not thread_id:
-            raise FrameError("Nothing to cancel on this connection.", code="nothing_to_cancel")
+            raise NothingToCancel()
         conversation = await self.own(thread_id)
         await request_stop(str(conversation.pk), content.get("run"))
         if self.tools is not None:

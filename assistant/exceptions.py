@@ -151,6 +151,12 @@ class InvalidTargetFilter(InvalidEntities):
         self.key = key
 
 
+class MessageNotStored(AssistantError):
+    """Sorry, your message could not be saved. Please try again."""
+
+    code = "message_not_stored"
+
+
 class ReplyNotStored(AssistantError):
     """Sorry, the answer could not be saved; your message is saved. Please try again."""
 
@@ -191,6 +197,12 @@ class LLMUnavailable(AssistantError):
     status = 503
 
 
+class LLMError(LLMUnavailable):
+    """The language model answered the request with an error status."""
+
+    code = "llm_error"
+
+
 class Cancelled(AssistantError):
     """The run was stopped."""
 
@@ -202,6 +214,36 @@ class FrameError(AssistantError):
     """A websocket frame the server cannot act on."""
 
     code = "bad_frame"
+
+
+class FrameTooLarge(FrameError):
+    """The frame is too large."""
+
+    code = "frame_too_large"
+
+
+class FrameNotJSON(FrameError):
+    """The frame is not valid JSON."""
+
+    code = "bad_json"
+
+
+class UnknownFrameType(FrameError):
+    """No frame has this type."""
+
+    code = "unknown_type"
+
+
+class MissingField(FrameError):
+    """The frame lacks a field its type needs."""
+
+    code = "missing_field"
+
+
+class NothingToCancel(FrameError):
+    """Nothing to cancel on this connection."""
+
+    code = "nothing_to_cancel"
 
 
 class JobDefinitionError(AssistantError, TypeError):

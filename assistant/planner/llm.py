@@ -16,7 +16,7 @@ from .. import events
 from ..budgets import check_budget
 from ..conf import assistant_settings
 from ..dispatch import Outcome
-from ..exceptions import LLMUnavailable
+from ..exceptions import LLMError, LLMUnavailable
 from ..llm_client import make_async_client
 from ..models import Message
 
@@ -169,9 +169,7 @@ async def stream_reply(
                 for part in delta.tool_calls or ():
                     calls.add(part)
     except openai.APIStatusError as exc:
-        raise LLMUnavailable(
-            f"The language model answered {exc.status_code}: {_short(exc)}", code="llm_error"
-        ) from exc
+        raise LLMError(f"The language model answered {exc.status_code}: {_short(exc)}") from exc
     except openai.APITimeoutError as exc:
         raise LLMUnavailable("The language model did not answer in time.") from exc
     except openai.APIError as exc:
