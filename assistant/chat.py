@@ -23,6 +23,7 @@ from .exceptions import (
     ConversationNotFound,
     InvalidIdempotencyKey,
     InvalidMessage,
+    MessageNotStored,
     ReplyNotStored,
     TurnInProgress,
 )
@@ -35,7 +36,6 @@ from .runner import Publisher, keep, lane, loop_state
 from .storable import storable_text
 
 logger = logging.getLogger("assistant.chat")
-MESSAGE_NOT_STORED = "Sorry, your message could not be saved. Please try again."
 TURN_FAILED = (
     "Sorry, something went wrong while answering; your message is saved. Please try again."
 )
@@ -55,7 +55,8 @@ class TurnResult:
         return [
             o.pending_action
             for o in self.outcomes
-            if o.decision == "confirmation_requested" and o.pending_action is not None
+            if o.decision == AuditEntry.Decision.CONFIRMATION_REQUESTED
+            and o.pending_action is not None
         ]
 
 
@@ -63,7 +64,7 @@ def check_message(text: Any) -> str:
     """The message as it will be stored, or ``InvalidMessage``."""
     if not isinstance(text, str) or not text.strip():
         raise InvalidMessage("The message is empty.")
-    limit = int(assistant_settings.MAX_MESSAGE_LENGTH)
+    limit = assistant_settings.MAX_MESSAGE_LENGTH
     if len(text) > limit:
         raise InvalidMessage(f"The message is longer than {limit} characters.")
     if storable_text(text) != text:
@@ -76,10 +77,10 @@ def conversation_for(user: Any, conversation_id: Any) -> Conversation:
     try:
         pk = uuid.UUID(str(conversation_id))
     except ValueError:
-        raise ConversationNotFound("No such conversation of yours.") from None
+        raise ConversationNotFound() from None
     conversation = Conversation.objects.filter(pk=pk, user_id=user.pk).first()
     if conversation is None:
-        raise ConversationNotFound("No such conversation of yours.")
+        raise ConversationNotFound()
     return conversation
 
 
@@ -590,13 +591,11 @@ async def _message_in_lane(
             except DatabaseError:
                 # (say, the user or the conversation was deleted meanwhile): nothing was stored
                 logger.exception("Storing a message failed")
-                await _tell(
-                    on_refused, AssistantError(MESSAGE_NOT_STORED, code="message_not_stored")
-                )
+                await _tell(on_refused, MessageNotStored())
                 return None
             except Exception:
                 logger.exception("Starting a turn failed")
-                await _tell(on_refused, AssistantError(MESSAGE_NOT_STORED, code="internal_error"))
+                await _tell(on_refused, MessageNotStored(code="internal_error"))
                 return None
             await _tell(on_started, conversation)
             turn = Turn(
@@ -672,12 +671,12 @@ def decision_turn(
     try:
         pk = uuid.UUID(str(action_id))
     except ValueError:
-        raise ActionNotFound("No such pending action is waiting for you.") from None
+        raise ActionNotFound() from None
     action = (
         PendingAction.objects.owned_by(user).select_related("conversation").filter(pk=pk).first()
     )
     if action is None:
-        raise ActionNotFound("No such pending action is waiting for you.")
+        raise ActionNotFound()
     conversation = action.conversation
     if conversation is None:
         title = f"{'Confirm' if confirm else 'Reject'} {action.operation}"

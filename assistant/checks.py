@@ -234,8 +234,8 @@ def check_validation_rules(
         except DatabaseError:
             continue  # not migrated yet (migrate runs database checks first)
         for task in tasks:
-            for entry in task.rules or []:
-                name = entry.get("name") if isinstance(entry, dict) else entry
+            for entry in task.rules:  # as normalise_rules stored them: {"name", "options"}
+                name = entry["name"]
                 if name not in rules:
                     errors.append(
                         Error(

@@ -25,6 +25,16 @@ class Setting:
     expected: str  # "must be <expected>" when a value is refused
     example: str
     doc: str = ""
+    kind: Callable[[Any], Any] | None = None  # what an accepted value is read as (float: 5 -> 5.0)
+
+    def read(self, value: Any) -> Any:
+        """``value`` read as its kind; left as it is if it has none (``assistant.E002`` says so)."""
+        if self.kind is None:
+            return value
+        try:
+            return self.kind(value)
+        except (TypeError, ValueError):
+            return value
 
 
 def _number(minimum: float = 0.0, *, strict: bool = True) -> Callable[[Any], bool]:
@@ -107,6 +117,7 @@ SETTINGS: dict[str, Setting] = {
         expected="a positive number",
         example="600",
         doc="seconds a pending action waits for confirmation",
+        kind=float,
     ),
     "PLANNER": Setting(
         default="keywords",
@@ -128,6 +139,7 @@ SETTINGS: dict[str, Setting] = {
         expected="a positive integer",
         example="4000",
         doc="longest user message accepted, in characters",
+        kind=int,
     ),
     "REDACTED": Setting(
         default="[redacted]",
@@ -148,7 +160,7 @@ SETTINGS: dict[str, Setting] = {
         accepts=_is_path,
         expected="a path starting and ending with '/'",
         example="'/ws/assistant/'",
-        doc="where the project routes AssistantConsumer (the chat page connects there)",
+        doc="where websocket_urlpatterns routes AssistantConsumer and the chat page connects",
     ),
     "SOCKET_MAX_PENDING_BYTES": Setting(
         default=8 * 1024 * 1024,
@@ -157,6 +169,7 @@ SETTINGS: dict[str, Setting] = {
         example="8388608",
         doc="bytes a socket may have waiting for a client that does not read; past it the "
         "socket is closed with 4008",
+        kind=int,
     ),
     "SNAPSHOT_MAX_MESSAGES": Setting(
         default=100,
@@ -164,6 +177,7 @@ SETTINGS: dict[str, Setting] = {
         expected="a positive integer",
         example="100",
         doc="stored messages a MESSAGES_SNAPSHOT carries (the newest)",
+        kind=int,
     ),
     "MAX_CONCURRENT_TURNS": Setting(
         default=32,
@@ -171,6 +185,7 @@ SETTINGS: dict[str, Setting] = {
         expected="a positive integer",
         example="32",
         doc="turns running at once in one server process; more wait for a free slot",
+        kind=int,
     ),
     # Changes made through the ORM reach every process at once over the channel layer; this
     # bounds the rest (queryset.update(), raw SQL). 0: every turn.
@@ -180,6 +195,7 @@ SETTINGS: dict[str, Setting] = {
         expected="a number of seconds, 0 or more",
         example="60",
         doc="seconds an open chat may reuse what it read of its user's permissions and flags",
+        kind=float,
     ),
     "JOB_QUEUE": Setting(
         default="default",
@@ -194,6 +210,7 @@ SETTINGS: dict[str, Setting] = {
         expected="a positive number of seconds",
         example="5",
         doc="seconds between a running job's heartbeats",
+        kind=float,
     ),
     "JOB_STALE_AFTER": Setting(
         default=60.0,
@@ -201,6 +218,7 @@ SETTINGS: dict[str, Setting] = {
         expected="a positive number of seconds",
         example="60",
         doc="silence after which the reaper fails a job",
+        kind=float,
     ),
     "JOB_RELAY_INTERVAL": Setting(
         default=0.5,
@@ -208,6 +226,7 @@ SETTINGS: dict[str, Setting] = {
         expected="a positive number of seconds",
         example="0.5",
         doc="how often web processes relay job progress to the chat",
+        kind=float,
     ),
     "EVENT_LOG": Setting(
         default=None,
@@ -222,6 +241,7 @@ SETTINGS: dict[str, Setting] = {
         expected="a positive integer",
         example="1000",
         doc="recent events kept per conversation for replay",
+        kind=int,
     ),
     "EVENT_LOG_TTL": Setting(
         default=86400,
@@ -229,6 +249,7 @@ SETTINGS: dict[str, Setting] = {
         expected="a positive integer (seconds)",
         example="86400",
         doc="seconds a conversation's replay log outlives its last event",
+        kind=int,
     ),
     "VALIDATION_FILTER_FIELDS": Setting(
         default={},
@@ -285,6 +306,7 @@ LLM_SETTINGS: dict[str, Setting] = {
         expected="a positive number of seconds",
         example="30",
         doc="seconds for the whole request, and between streamed chunks",
+        kind=float,
     ),
     "MAX_STEPS": Setting(
         default=5,
@@ -292,6 +314,7 @@ LLM_SETTINGS: dict[str, Setting] = {
         expected="a positive integer",
         example="5",
         doc="model calls per turn (each may call tools)",
+        kind=int,
     ),
     "MAX_HISTORY": Setting(
         default=20,
@@ -299,6 +322,7 @@ LLM_SETTINGS: dict[str, Setting] = {
         expected="an integer, 0 or more",
         example="20",
         doc="earlier messages of the conversation sent along",
+        kind=int,
     ),
     "FALLBACK_TO_KEYWORDS": Setting(
         default=False,
@@ -313,6 +337,7 @@ LLM_SETTINGS: dict[str, Setting] = {
         expected="a number, 0 or more",
         example="0.2",
         doc="sampling temperature",
+        kind=float,
     ),
     "SYSTEM_PROMPT": Setting(
         default=(
@@ -351,7 +376,7 @@ class AssistantSettings:
 
     def _merged(self) -> dict[str, Any]:
         if self._cache is None:
-            self._cache = {**DEFAULTS, **self.user_settings}
+            self._cache = _read({**DEFAULTS, **self.user_settings}, SETTINGS)
         return self._cache
 
     def __getattr__(self, name: str) -> Any:
@@ -366,10 +391,18 @@ class AssistantSettings:
     def llm(self) -> dict[str, Any]:
         """``ASSISTANT["LLM"]`` over its defaults."""
         configured = self.LLM
-        return {**LLM_DEFAULTS, **(configured if isinstance(configured, dict) else {})}
+        return _read(
+            {**LLM_DEFAULTS, **(configured if isinstance(configured, dict) else {})}, LLM_SETTINGS
+        )
 
     def reload(self) -> None:
         self._cache = None
+
+
+def _read(values: dict[str, Any], known: dict[str, Setting]) -> dict[str, Any]:
+    return {
+        name: known[name].read(value) if name in known else value for name, value in values.items()
+    }
 
 
 assistant_settings = AssistantSettings()

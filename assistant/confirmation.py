@@ -87,12 +87,12 @@ def _waiting(action_id: Any, user: Any) -> PendingAction:
     try:
         pk = uuid.UUID(str(action_id))
     except ValueError:
-        raise ActionNotFound("No such pending action is waiting for you.") from None
+        raise ActionNotFound() from None
     action = (
         PendingAction.objects.owned_by(user).filter(pk=pk).select_related("conversation").first()
     )
     if action is None:
-        raise ActionNotFound("No such pending action is waiting for you.")
+        raise ActionNotFound()
     return action
 
 

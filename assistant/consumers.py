@@ -31,7 +31,16 @@ from .chat import (
 )
 from .conf import assistant_settings
 from .eventlog import event_log
-from .exceptions import AssistantError, Throttled
+from .exceptions import (
+    AssistantError,
+    FrameError,
+    FrameNotJSON,
+    FrameTooLarge,
+    MissingField,
+    NothingToCancel,
+    Throttled,
+    UnknownFrameType,
+)
 from .jobs import cancel_job
 from .lifecycle import ToolSession, bind_process_session, new_session
 from .models import Conversation, Message, PendingAction
@@ -51,12 +60,6 @@ MAX_SEQ = 2**63 - 1
 # carries no more than half that of message text and tool calls, as JSON encodes them
 SNAPSHOT_MAX_BYTES = 512 * 1024
 DRAIN_PATIENCE = 2.0  # seconds a socket past its cap may go without the client reading a byte
-
-
-class FrameError(AssistantError):
-    """A frame the server cannot act on."""
-
-    code = "bad_frame"
 
 
 class AssistantConsumer(AsyncWebsocketConsumer):
@@ -177,7 +180,7 @@ class AssistantConsumer(AsyncWebsocketConsumer):
             content = self.parse(text_data, bytes_data)
             handler = getattr(self, f"on_{content['type']}", None)
             if handler is None:
-                raise FrameError(f"Unknown frame type {content['type']!r}.", code="unknown_type")
+                raise UnknownFrameType(f"Unknown frame type {content['type']!r}.")
             if content["type"] in TURN_FRAMES:
                 await self.throttle()
             if content["type"] != "message":
@@ -198,22 +201,22 @@ class AssistantConsumer(AsyncWebsocketConsumer):
 
     def parse(self, text_data: str | None, bytes_data: bytes | None) -> dict[str, Any]:
         if text_data is None:
-            raise FrameError("Frames are JSON text.", code="bad_frame")
-        if len(text_data) > int(assistant_settings.MAX_MESSAGE_LENGTH) * 2 + 1024:
-            raise FrameError("The frame is too large.", code="frame_too_large")
+            raise FrameError("Frames are JSON text.")
+        if len(text_data) > assistant_settings.MAX_MESSAGE_LENGTH * 2 + 1024:
+            raise FrameTooLarge()
         try:
             content = json.loads(text_data, parse_constant=_not_json)
         except ValueError:
-            raise FrameError("The frame is not valid JSON.", code="bad_json") from None
+            raise FrameNotJSON() from None
         if not isinstance(content, dict) or not isinstance(content.get("type"), str):
-            raise FrameError('A frame is a JSON object with a "type".', code="bad_frame")
+            raise FrameError('A frame is a JSON object with a "type".')
         return content
 
     @staticmethod
     def required(content: dict[str, Any], key: str) -> Any:
         value = content.get(key)
         if value in (None, ""):
-            raise FrameError(f'The frame needs "{key}".', code="missing_field")
+            raise MissingField(f'The frame needs "{key}".')
         return value
 
     async def send_frame(self, frame: dict[str, Any]) -> None:
@@ -226,7 +229,7 @@ class AssistantConsumer(AsyncWebsocketConsumer):
             await self.send(text_data=data)
         finally:
             self.in_flight -= len(data)
-        cap = int(assistant_settings.SOCKET_MAX_PENDING_BYTES)
+        cap = assistant_settings.SOCKET_MAX_PENDING_BYTES
         if self.pending_bytes() > cap:
             await self.drain(cap)
 
@@ -353,7 +356,7 @@ class AssistantConsumer(AsyncWebsocketConsumer):
     async def on_cancel(self, content: dict[str, Any]) -> None:
         thread_id = content.get("conversation") or self.current
         if not thread_id:
-            raise FrameError("Nothing to cancel on this connection.", code="nothing_to_cancel")
+            raise NothingToCancel()
         conversation = await self.own(thread_id)
         await request_stop(str(conversation.pk), content.get("run"))
         if self.tools is not None:
@@ -369,7 +372,7 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         after = content.get("after")
         after = 0 if after is None else after
         if isinstance(after, bool) or not isinstance(after, int) or not 0 <= after <= MAX_SEQ:
-            raise FrameError('"after" must be a whole number, 0 or more.', code="bad_frame")
+            raise FrameError('"after" must be a whole number, 0 or more.')
         await self.watch(conversation)
         replay = await event_log().since(thread_id, after)
         frames = replay.frames
@@ -440,7 +443,7 @@ def _waiting_actions(user: Any) -> list[dict[str, Any]]:
 def _stored_messages(conversation: Any) -> tuple[list[Message], bool]:
     """The conversation's newest messages, oldest first, within the snapshot's bounds; and if
     older ones were left out."""
-    limit = int(assistant_settings.SNAPSHOT_MAX_MESSAGES)
+    limit = assistant_settings.SNAPSHOT_MAX_MESSAGES
     newest = Message.objects.filter(conversation=conversation).order_by("-created_at", "-id")
     candidates = list(newest[: limit + 1])
     kept: list[Message] = []
@@ -454,7 +457,7 @@ def _stored_messages(conversation: Any) -> tuple[list[Message], bool]:
 
 
 def _not_json(constant: str) -> Any:
-    raise FrameError(f"{constant} is not a number JSON allows.", code="bad_frame")
+    raise FrameError(f"{constant} is not a number JSON allows.")
 
 
 class TurnThrottle(AssistantThrottle):

@@ -25,8 +25,10 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from .conf import assistant_settings
 from .exceptions import (
     AssistantError,
+    Cancelled,
     InvalidEntities,
     PermissionDenied,
+    ToolFailed,
     ToolNotReady,
     ToolTimeout,
     ToolUnavailable,
@@ -35,7 +37,6 @@ from .exceptions import (
 from .jobs import JobManager
 from .lifecycle import (
     CancellationToken,
-    Cancelled,
     ToolLifecycleState,
     ToolSession,
     new_session,
@@ -187,8 +188,8 @@ def _failure(tool: AssistantTool, exc: Exception) -> tuple[str, AssistantError]:
     if isinstance(exc, DjangoPermissionDenied):
         return Decision.DENIED, PermissionDenied(str(exc) or "Permission denied.")
     logger.exception("Tool %s raised", tool.operation, exc_info=exc)
-    return Decision.FAILED, AssistantError(
-        f"{tool.operation} failed unexpectedly; the error has been logged.", code="tool_failed"
+    return Decision.FAILED, ToolFailed(
+        f"{tool.operation} failed unexpectedly; the error has been logged."
     )
 
 
@@ -434,7 +435,7 @@ def open_action(call: Call) -> Outcome:
         user=call.context.user,
         operation=tool.operation,
         entities=stored,
-        ttl_seconds=float(assistant_settings.CONFIRMATION_TTL),
+        ttl_seconds=assistant_settings.CONFIRMATION_TTL,
         conversation=call.context.conversation,
         summary=_confirmation_summary(tool, redacted_entities(tool, stored)),
     )

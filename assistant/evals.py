@@ -23,7 +23,7 @@ from django.db import transaction
 from . import events
 from .chat import Turn
 from .dispatch import CallContext, Outcome, preview
-from .exceptions import AssistantError
+from .exceptions import AssistantError, EvalError
 from .models import AuditEntry, Conversation, Message
 from .planner import get_planner
 from .registry import ToolRegistry, ToolResult, registry
@@ -32,12 +32,6 @@ from .validation import Verdict, validation_rule
 
 NOT_RUN = "(evaluation: this call was judged, not run)"
 Decision = AuditEntry.Decision
-
-
-class EvalError(AssistantError):
-    """A golden case is malformed or names a user or role that does not exist."""
-
-    code = "invalid_eval_case"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -27,9 +27,6 @@ class Replay:
 
 
 class EventLog(Protocol):
-    async def append(self, thread_id: str, frame: dict[str, Any]) -> int:
-        """Number ``frame`` (sets its ``seq``), keep it, and return the number."""
-
     async def append_many(self, thread_id: str, frames: list[dict[str, Any]]) -> int:
         """Number and keep several frames at once, in order; returns the last number."""
 
@@ -47,9 +44,6 @@ class MemoryEventLog:
         self.keep = keep
         self._lock = threading.Lock()
         self._logs: dict[str, tuple[list[int], deque[dict[str, Any]]]] = {}
-
-    async def append(self, thread_id: str, frame: dict[str, Any]) -> int:
-        return await self.append_many(thread_id, [frame])
 
     async def append_many(self, thread_id: str, frames: list[dict[str, Any]]) -> int:
         with self._lock:
@@ -105,9 +99,6 @@ class RedisEventLog:
     @staticmethod
     def _keys(thread_id: str) -> tuple[str, str]:
         return f"assistant:events:{thread_id}:seq", f"assistant:events:{thread_id}:frames"
-
-    async def append(self, thread_id: str, frame: dict[str, Any]) -> int:
-        return await self.append_many(thread_id, [frame])
 
     async def append_many(self, thread_id: str, frames: list[dict[str, Any]]) -> int:
         client = self._client()
@@ -188,9 +179,7 @@ def scrubbed(value: Any, scrub: Callable[[str], str]) -> Any:
 
 
 def _stored_frame(member: bytes, seq: float) -> dict[str, Any]:
-    # (a member written before numbers were prefixed is the bare JSON)
-    payload = member if member.startswith(b"{") else member.partition(b" ")[2]
-    frame: dict[str, Any] = json.loads(payload)
+    frame: dict[str, Any] = json.loads(member.partition(b" ")[2])
     frame["seq"] = int(seq)
     return frame
 
@@ -203,9 +192,9 @@ def event_log() -> EventLog:
     global _log
     if _log is None:
         url = assistant_settings.EVENT_LOG
-        keep = int(assistant_settings.EVENT_LOG_KEEP)
+        keep = assistant_settings.EVENT_LOG_KEEP
         if url:
-            _log = RedisEventLog(url, keep=keep, ttl=int(assistant_settings.EVENT_LOG_TTL))
+            _log = RedisEventLog(url, keep=keep, ttl=assistant_settings.EVENT_LOG_TTL)
         else:
             _log = MemoryEventLog(keep=keep)
     return _log

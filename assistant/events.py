@@ -31,6 +31,8 @@ from ag_ui.core import (
 )
 from django.core.serializers.json import DjangoJSONEncoder
 
+from .models import Message
+
 PROTOCOL_VERSION = "1.0"
 
 
@@ -127,7 +129,7 @@ def messages_snapshot(messages: list[Any]) -> MessagesSnapshotEvent:
     """The stored conversation, for a client that reconnects after its events were dropped."""
     converted: list[Any] = []
     for message in messages:
-        if message.role == "user":
+        if message.role == Message.Role.USER:
             converted.append(UserMessage(id=str(message.pk), content=message.text))
             continue
         calls = [

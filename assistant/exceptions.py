@@ -69,11 +69,15 @@ class PermissionDenied(AssistantError, DjangoPermissionDenied):
     status = 403
 
 
-class ActionNotFound(AssistantError, LookupError):
-    """No such pending action is waiting for you."""
+class NotFound(AssistantError, LookupError):
+    """Nothing of yours is there."""
 
     code = "not_found"
     status = 404
+
+
+class ActionNotFound(NotFound):
+    """No such pending action is waiting for you."""
 
 
 class AlreadyDecided(AssistantError):
@@ -104,11 +108,8 @@ class UnsafeDatabaseRole(AssistantError, ImproperlyConfigured):
     status = 503
 
 
-class ConversationNotFound(AssistantError, LookupError):
+class ConversationNotFound(NotFound):
     """No such conversation of yours."""
-
-    code = "not_found"
-    status = 404
 
 
 class InvalidMessage(AssistantError, ValueError):
@@ -123,6 +124,12 @@ class ToolNotReady(AssistantError):
 
     code = "not_ready"
     status = 503
+
+
+class ToolFailed(AssistantError):
+    """The tool failed unexpectedly; the error has been logged."""
+
+    code = "tool_failed"
 
 
 class ToolTimeout(AssistantError):
@@ -148,6 +155,12 @@ class InvalidTargetFilter(InvalidEntities):
         """``key`` is the offending filter key, ``""`` when the filter as a whole is wrong."""
         super().__init__({"target_filter": f"{key!r}: {problem}" if key else problem})
         self.key = key
+
+
+class MessageNotStored(AssistantError):
+    """Sorry, your message could not be saved. Please try again."""
+
+    code = "message_not_stored"
 
 
 class ReplyNotStored(AssistantError):
@@ -188,3 +201,74 @@ class LLMUnavailable(AssistantError):
 
     code = "llm_unavailable"
     status = 503
+
+
+class LLMError(LLMUnavailable):
+    """The language model answered the request with an error status."""
+
+    code = "llm_error"
+
+
+class Cancelled(AssistantError):
+    """The run was stopped."""
+
+    code = "cancelled"
+    status = 409
+
+
+class FrameError(AssistantError):
+    """A websocket frame the server cannot act on."""
+
+    code = "bad_frame"
+
+
+class FrameTooLarge(FrameError):
+    """The frame is too large."""
+
+    code = "frame_too_large"
+
+
+class FrameNotJSON(FrameError):
+    """The frame is not valid JSON."""
+
+    code = "bad_json"
+
+
+class UnknownFrameType(FrameError):
+    """No frame has this type."""
+
+    code = "unknown_type"
+
+
+class MissingField(FrameError):
+    """The frame lacks a field its type needs."""
+
+    code = "missing_field"
+
+
+class NothingToCancel(FrameError):
+    """Nothing to cancel on this connection."""
+
+    code = "nothing_to_cancel"
+
+
+class JobDefinitionError(AssistantError, TypeError):
+    """A job function must be importable by its dotted path (module-level, not a lambda)."""
+
+    code = "job_definition"
+
+
+class JobNotFound(NotFound):
+    """No such job of yours."""
+
+
+class WorkerLost(AssistantError, RuntimeError):
+    """How a reaped job's task row names its end: the worker went silent."""
+
+    code = "worker_lost"
+
+
+class EvalError(AssistantError):
+    """A golden case is malformed or names a user or role that does not exist."""
+
+    code = "invalid_eval_case"

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from asgiref.sync import async_to_sync, sync_to_async
+from asgiref.sync import async_to_sync
 from django import db
 from django.apps import apps
 from django.core.exceptions import ValidationError
@@ -30,17 +30,11 @@ from django.utils.module_loading import import_string
 
 from .compat import task
 from .conf import assistant_settings
-from .exceptions import AssistantError
-from .lifecycle import CancellationToken, Cancelled
+from .exceptions import Cancelled, JobDefinitionError, JobNotFound, WorkerLost
+from .lifecycle import CancellationToken
 from .models import Job, Message
 
 logger = logging.getLogger("assistant.jobs")
-
-
-class JobDefinitionError(AssistantError, TypeError):
-    """A job function must be importable by its dotted path (module-level, not a lambda)."""
-
-    code = "job_definition"
 
 
 def _path_of(function: Callable[..., Any]) -> str:
@@ -82,9 +76,6 @@ class JobManager:
         transaction.on_commit(lambda: _hand_over(job))
         return job
 
-    async def aenqueue(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Job:
-        return await sync_to_async(self.enqueue)(function, *args, **kwargs)
-
 
 def _hand_over(job: Job) -> None:
     result = run_job.using(queue_name=assistant_settings.JOB_QUEUE).enqueue(str(job.pk))
@@ -120,7 +111,7 @@ def worker_name() -> str:
 
 
 def _heartbeat(context: JobContext, stop: threading.Event) -> None:
-    interval = float(assistant_settings.JOB_HEARTBEAT)
+    interval = assistant_settings.JOB_HEARTBEAT
     try:
         while not stop.wait(interval):
             try:
@@ -223,7 +214,7 @@ def announce_completion(job: Job) -> None:
 
 def reap_stale_jobs(*, stale_after: float | None = None, dry_run: bool = False) -> list[Job]:
     """Mark failed the running jobs whose worker stopped beating; returns them."""
-    seconds = float(stale_after if stale_after is not None else assistant_settings.JOB_STALE_AFTER)
+    seconds = assistant_settings.JOB_STALE_AFTER if stale_after is None else stale_after
     stale = list(Job.objects.stale(timezone.now() - timedelta(seconds=seconds)))
     if dry_run:
         return stale
@@ -242,10 +233,6 @@ def reap_stale_jobs(*, stale_after: float | None = None, dry_run: bool = False) 
             reaped.append(job)
             logger.warning("Reaped stale job %s (%s)", job.pk, job.worker)
     return reaped
-
-
-class WorkerLost(RuntimeError):
-    """How a reaped job's task row names its end: the worker went silent."""
 
 
 def _fail_task_result(job: Job) -> None:
@@ -282,22 +269,15 @@ def job_event(job: Job) -> dict[str, Any]:
     }
 
 
-class JobNotFound(AssistantError, LookupError):
-    """No such job of yours."""
-
-    code = "not_found"
-    status = 404
-
-
 def job_for(user: Any, job_id: Any) -> Job:
     """A job this user may see (their own; any, for staff with ``assistant.view_job``)."""
     try:
         pk = uuid.UUID(str(job_id))
     except ValueError:
-        raise JobNotFound("No such job of yours.") from None
+        raise JobNotFound() from None
     job = Job.objects.visible_to(user).filter(pk=pk).first()
     if job is None:
-        raise JobNotFound("No such job of yours.")
+        raise JobNotFound()
     return job
 
 
@@ -305,7 +285,7 @@ def cancel_job(user: Any, job_id: Any) -> Job:
     """The user asks a job to stop; finished jobs are left as they are."""
     job = job_for(user, job_id)
     if job.user_id != user.pk and not user.has_perm("assistant.change_job"):
-        raise JobNotFound("No such job of yours.")
+        raise JobNotFound()
     job.request_cancel()
     if job.status == Job.Status.CANCELLED:
         announce_completion(job)  # it never started: no worker will say so

@@ -9,16 +9,9 @@ from collections.abc import Callable, Coroutine
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from .exceptions import AssistantError, ToolDefinitionError
+from .exceptions import Cancelled, ToolDefinitionError
 
 logger = logging.getLogger("assistant.lifecycle")
-
-
-class Cancelled(AssistantError):
-    """The run was stopped."""
-
-    code = "cancelled"
-    status = 409
 
 
 class CancellationToken:
@@ -108,7 +101,7 @@ class CancellationToken:
 
     def raise_if_cancelled(self) -> None:
         if self._event.is_set():
-            raise Cancelled("The run was stopped.")
+            raise Cancelled()
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
@@ -135,7 +128,6 @@ class Toolset:
     """
 
     name: ClassVar[str] = ""
-    cacheable: ClassVar[bool] = False  # needs async initialisation in on_start
     scope: ClassVar[str] = "session"
     start_timeout: ClassVar[float] = 10.0
 

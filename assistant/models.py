@@ -227,7 +227,7 @@ class PendingAction(models.Model):
         now = timezone.now()
         action = cls.objects.owned_by(user).filter(pk=action_id).first()
         if action is None:
-            raise ActionNotFound("No such pending action is waiting for you.")
+            raise ActionNotFound()
         claimed = cls.objects.filter(
             pk=action.pk, status=cls.Status.PENDING, expires_at__gt=now
         ).update(status=status, decided_at=now, decided_by=user, **action.forgotten(site))

@@ -185,7 +185,7 @@ def refresh_access(user: Any) -> None:
     if stamp is None:
         return
     generation, read_at = stamp
-    max_age = float(assistant_settings.ACCESS_MAX_AGE)
+    max_age = assistant_settings.ACCESS_MAX_AGE
     if generation == access_generation() and time.monotonic() - read_at < max_age:
         return
     setattr(user, RELOAD_ATTRIBUTE, True)

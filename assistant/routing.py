@@ -2,8 +2,10 @@
 
 from django.urls import path
 
+from .conf import assistant_settings
 from .consumers import AssistantConsumer
 
+# The chat page connects to WEBSOCKET_PATH: the route is that path, so the two cannot drift.
 websocket_urlpatterns = [
-    path("ws/assistant/", AssistantConsumer.as_asgi()),
+    path(str(assistant_settings.WEBSOCKET_PATH).removeprefix("/"), AssistantConsumer.as_asgi()),
 ]

@@ -256,7 +256,7 @@ def loop_state() -> _LoopState:
             stale = _states.pop(old)  # a closed loop's lanes and listener are gone with it
             while not stale.lanes.empty():
                 stale.lanes.get_nowait().shutdown(wait=False)
-        state = _states[loop] = _LoopState(int(assistant_settings.MAX_CONCURRENT_TURNS))
+        state = _states[loop] = _LoopState(assistant_settings.MAX_CONCURRENT_TURNS)
     return state
 
 
@@ -323,10 +323,10 @@ class JobRelay:
         last_reap = 0.0
         loop = asyncio.get_running_loop()
         while self.watchers > 0:
-            await asyncio.sleep(float(assistant_settings.JOB_RELAY_INTERVAL))
+            await asyncio.sleep(assistant_settings.JOB_RELAY_INTERVAL)
             try:
                 since = await self.relay(since)
-                if loop.time() - last_reap > float(assistant_settings.JOB_STALE_AFTER) / 2:
+                if loop.time() - last_reap > assistant_settings.JOB_STALE_AFTER / 2:
                     last_reap = loop.time()
                     from .jobs import reap_stale_jobs
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from .catalog import visible_tools
 from .conf import assistant_settings
 from .exceptions import AssistantError, InvalidEntities, InvalidTargetFilter, ToolDefinitionError
 from .jobs import JobContext, JobManager
+from .llm_client import llm_configured, make_client
 from .models import ValidationFinding, ValidationRun, ValidationTask
 from .registry import registry
 
@@ -589,12 +589,6 @@ def run_due_validations(now: datetime | None = None) -> list[ValidationRun]:
 # -- built-in rules -----------------------------------------------------------------------------
 
 
-def llm_configured() -> bool:
-    config = assistant_settings.llm
-    reachable = config["BASE_URL"] or os.environ.get(config["API_KEY_ENV"] or "")
-    return bool(config["MODEL"] and reachable)
-
-
 DEFAULT_PROMPT = (
     "You review records of a Django application. Judge the record below against this "
     "requirement: {requirement}\n\nRecord:\n{text}\n\n"
@@ -652,12 +646,7 @@ def llm_review(target: Any, options: dict[str, Any], run: Any) -> Verdict:
         requirement=options.get("requirement", "it is complete, consistent and clearly written"),
         text=text,
     )
-    client = openai.OpenAI(
-        base_url=config["BASE_URL"],
-        api_key=os.environ.get(config["API_KEY_ENV"] or "", "") or "not-needed",
-        timeout=float(config["TIMEOUT"]),
-        max_retries=0,
-    )
+    client = make_client(config)
     try:
         answer = client.chat.completions.create(
             model=config["MODEL"],

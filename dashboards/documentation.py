@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
-
 from assistant.conf import assistant_settings
-from assistant.validation import llm_configured
+from assistant.llm_client import llm_configured, make_client
 
 from .models import Dashboard
 
@@ -55,15 +53,8 @@ def template_summary(dashboard: Dashboard, why: str = NO_LLM) -> str:
 
 def written_by_llm(dashboard: Dashboard) -> tuple[str, str]:
     """(markdown, model) from the configured OpenAI-compatible endpoint; raises on failure."""
-    import openai
-
     config = assistant_settings.llm
-    client = openai.OpenAI(
-        base_url=config["BASE_URL"],
-        api_key=os.environ.get(config["API_KEY_ENV"] or "", "") or "not-needed",
-        timeout=float(config["TIMEOUT"]),
-        max_retries=0,
-    )
+    client = make_client(config)
     try:
         answer = client.chat.completions.create(
             model=config["MODEL"],

@@ -7,7 +7,7 @@ from typing import Any
 import sqlparse
 from sqlparse import tokens
 
-from assistant.validation import Verdict, validation_rule
+from assistant.validation import Outcome, Verdict, validation_rule
 
 from .models import Dashboard
 
@@ -94,18 +94,18 @@ def _charts(dashboard: Dashboard) -> list[dict[str, Any]]:
 def charts_titled(dashboard: Dashboard, options: dict[str, Any], run: Any) -> Verdict:
     charts = _charts(dashboard)
     if not charts:
-        return Verdict(outcome="warn", message="the dashboard has no charts")
+        return Verdict(outcome=Outcome.WARN, message="the dashboard has no charts")
     untitled = [
         index for index, chart in enumerate(charts, 1) if not str(chart.get("title") or "").strip()
     ]
     if untitled:
         shown = ", ".join(str(index) for index in untitled)
         return Verdict(
-            outcome="fail",
+            outcome=Outcome.FAIL,
             message=f"chart {shown} of {len(charts)} has no title",
             details={"untitled": untitled},
         )
-    return Verdict(outcome="pass", message=f"all {len(charts)} charts are titled")
+    return Verdict(outcome=Outcome.PASS, message=f"all {len(charts)} charts are titled")
 
 
 @validation_rule(
@@ -124,12 +124,12 @@ def sql_parses(dashboard: Dashboard, options: dict[str, Any], run: Any) -> Verdi
         first = next(iter(broken.items()))
         label = first[1]["title"] or f"chart {first[0]}"
         return Verdict(
-            outcome="fail",
+            outcome=Outcome.FAIL,
             message=f"{len(broken)} of {len(charts)} charts have bad SQL; {label} "
             f"{first[1]['problems'][0]}",
             details={"charts": broken},
         )
-    return Verdict(outcome="pass", message=f"the SQL of all {len(charts)} charts parses")
+    return Verdict(outcome=Outcome.PASS, message=f"the SQL of all {len(charts)} charts parses")
 
 
 @validation_rule(
@@ -139,5 +139,5 @@ def sql_parses(dashboard: Dashboard, options: dict[str, Any], run: Any) -> Verdi
 )
 def has_owner(dashboard: Dashboard, options: dict[str, Any], run: Any) -> Verdict:
     if dashboard.owner_id is None:
-        return Verdict(outcome="fail", message="no owner is set")
-    return Verdict(outcome="pass", message=f"owned by {dashboard.owner}")
+        return Verdict(outcome=Outcome.FAIL, message="no owner is set")
+    return Verdict(outcome=Outcome.PASS, message=f"owned by {dashboard.owner}")

@@ -215,40 +215,6 @@ async def test_two_identical_frames_of_one_burst_are_both_replayed_with_their_ow
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_frames_kept_before_the_upgrade_are_replayed_with_the_ones_kept_after(
-    redis_event_log, open_socket, plain_user
-):
-    conversation = await Conversation.objects.acreate(user=plain_user, title="ping")
-    thread_id = str(conversation.pk)
-    run = {"threadId": thread_id, "runId": "run-1"}
-    older = [
-        {"type": "RUN_STARTED", **run, "seq": 1},
-        {"type": "TEXT_MESSAGE_START", "messageId": "m-1", "role": "assistant", **run, "seq": 2},
-    ]
-    # what the previous version wrote: a frame's bare JSON (with its seq), scored by its seq
-    seq_key, frames_key = RedisEventLog._keys(thread_id)
-    client = redis.asyncio.Redis.from_url(REDIS_URL)
-    try:
-        await client.set(seq_key, 2, ex=300)
-        await client.zadd(
-            frames_key, {json.dumps(frame, separators=(",", ":")): frame["seq"] for frame in older}
-        )
-        await client.expire(frames_key, 300)
-    finally:
-        await client.aclose()
-    newer = {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m-1", "delta": "pong", **run}
-    await event_log().append_many(thread_id, [dict(newer)])
-
-    socket = await open_socket(plain_user)
-    await send(socket, type="resume", conversation=thread_id, after=1)
-
-    assert [await receive(socket), await receive(socket)] == [older[1], {**newer, "seq": 3}]
-    marker = await receive(socket)
-    assert kind(marker) == "CUSTOM assistant.resumed"
-    assert marker["value"] == {"last": 3}
-
-
-@pytest.mark.django_db(transaction=True)
 async def test_the_redis_event_log_expires(redis_event_log, open_socket, plain_user):
     socket = await open_socket(plain_user)
     await send(socket, type="message", text="ping")

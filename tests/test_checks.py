@@ -17,7 +17,7 @@ from assistant.checks import (
     service_problems,
     tool_errors,
 )
-from assistant.conf import LLM_SETTINGS, SETTINGS
+from assistant.conf import LLM_SETTINGS, SETTINGS, assistant_settings
 from assistant.registry import ToolRegistry, registry
 
 
@@ -135,6 +135,13 @@ def test_e002_a_setting_has_a_bad_value(key, value):
 def test_good_values_pass(key, value):
     with override_settings(ASSISTANT={key: value}):
         assert check_settings() == []
+
+
+def test_settings_are_read_as_their_kind():
+    with override_settings(ASSISTANT={"JOB_HEARTBEAT": 5, "LLM": {"TIMEOUT": 30}}):
+        heartbeat, timeout = assistant_settings.JOB_HEARTBEAT, assistant_settings.llm["TIMEOUT"]
+
+    assert (heartbeat, type(heartbeat), timeout, type(timeout)) == (5.0, float, 30.0, float)
 
 
 @pytest.mark.parametrize(

@@ -13,15 +13,8 @@ from django.core.management import CommandError
 from django.utils import timezone
 
 from assistant.dispatch import dispatch
-from assistant.jobs import (
-    JobContext,
-    JobDefinitionError,
-    JobManager,
-    JobNotFound,
-    cancel_job,
-    execute_job,
-)
-from assistant.lifecycle import Cancelled
+from assistant.exceptions import Cancelled, JobDefinitionError, JobNotFound
+from assistant.jobs import JobContext, JobManager, cancel_job, execute_job
 from assistant.models import Conversation, Job, Message
 from tests import race_jobs
 from tests.race_jobs import conversation as conversation  # a fixture

@@ -25,9 +25,8 @@ from assistant import (
 from assistant.catalog import get_catalog, visible_tools
 from assistant.chat import arun_turn
 from assistant.dispatch import adispatch, dispatch
-from assistant.exceptions import ToolDefinitionError
+from assistant.exceptions import Cancelled, ToolDefinitionError
 from assistant.lifecycle import (
-    Cancelled,
     LifespanMiddleware,
     ToolSession,
     bind_process_session,

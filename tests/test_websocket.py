@@ -688,3 +688,12 @@ async def test_a_stop_sent_while_the_message_waits_for_a_lane_cancels_its_run(
     _question, answer = await sync_to_async(stored)(busy)
     assert (answer.text, answer.status) == ("slept 1s", "complete")
     assert await sync_to_async(decisions)("slow") == ["executed"]
+
+
+def test_the_socket_is_routed_where_the_chat_page_connects():
+    from assistant.conf import assistant_settings
+    from assistant.routing import websocket_urlpatterns
+
+    assert [f"/{pattern.pattern}" for pattern in websocket_urlpatterns] == [
+        assistant_settings.WEBSOCKET_PATH
+    ]

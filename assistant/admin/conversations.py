@@ -150,6 +150,9 @@ def usage_chart(per_day: list[dict[str, Any]]) -> str:
     )
 
 
+Status = PendingAction.Status
+
+
 class WaitingFilter(admin.SimpleListFilter):
     title = "state"
     parameter_name = "state"
@@ -161,11 +164,11 @@ class WaitingFilter(admin.SimpleListFilter):
 
         now = timezone.now()
         if self.value() == "waiting":
-            return queryset.filter(status=PendingAction.Status.PENDING, expires_at__gt=now)
+            return queryset.filter(status=Status.PENDING, expires_at__gt=now)
         if self.value() == "expired":
-            return queryset.filter(status__in=["pending", "expired"], expires_at__lte=now)
+            return queryset.filter(status__in=[Status.PENDING, Status.EXPIRED], expires_at__lte=now)
         if self.value() == "decided":
-            return queryset.filter(status__in=["confirmed", "cancelled"])
+            return queryset.filter(status__in=[Status.CONFIRMED, Status.CANCELLED])
         return queryset
 
 
@@ -202,5 +205,7 @@ class PendingActionAdmin(ReadOnlyAdmin):
     @admin.display(description="status", ordering="status")
     def coloured_status(self, action: PendingAction) -> str:
         return badge(
-            "expired" if action.status == "pending" and action.is_expired else action.status
+            Status.EXPIRED
+            if action.status == Status.PENDING and action.is_expired
+            else action.status
         )

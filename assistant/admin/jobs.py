@@ -82,7 +82,7 @@ class JobAdmin(ReadOnlyAdmin):
     @admin.action(description="Cancel the selected jobs", permissions=["change"])
     def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         asked = 0
-        for job in queryset.filter(status__in=["queued", "running"]):
+        for job in queryset.filter(status__in=[Job.Status.QUEUED, Job.Status.RUNNING]):
             if job.request_cancel():
                 asked += 1
                 record_action(request, "cancel_job", {"job": str(job.pk)}, domain="jobs")

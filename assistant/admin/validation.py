@@ -17,6 +17,13 @@ from ..models import ValidationFinding, ValidationRun, ValidationTask
 from ..validation import ValidationTaskService, check_target_filter, normalise_rules, parse_schedule
 from .base import ReadOnlyAdmin, badge
 
+Outcome, Status = ValidationFinding.Outcome, ValidationRun.Status
+RUN_STATUS_OF: dict[str, str] = {
+    Outcome.PASS: Status.PASSED,
+    Outcome.FAIL: Status.FAILED,
+    Outcome.WARN: Status.WARNED,
+}
+
 
 class FindingInline(admin.TabularInline):  # type: ignore[type-arg]
     model = ValidationFinding
@@ -30,7 +37,7 @@ class FindingInline(admin.TabularInline):  # type: ignore[type-arg]
 
     @admin.display(description="outcome")
     def coloured_outcome(self, finding: ValidationFinding) -> str:
-        return badge({"pass": "passed", "fail": "failed", "warn": "warned"}[finding.outcome])
+        return badge(RUN_STATUS_OF[finding.outcome])
 
 
 @admin.register(ValidationRun)
@@ -140,9 +147,8 @@ class ValidationTaskAdmin(GuardedModelAdmin):
 
     @admin.display(description="pass rate of the recent runs")
     def pass_rate_chart(self, task: ValidationTask) -> str:
-        runs = list(
-            task.runs.exclude(status__in=["queued", "running"]).order_by("-created_at")[:20]
-        )
+        finished = task.runs.exclude(status__in=[Status.QUEUED, Status.RUNNING])
+        runs = list(finished.order_by("-created_at")[:20])
         if not runs:
             return "No finished runs yet."
         bars = []

@@ -7,13 +7,14 @@ from drf_spectacular.views import SpectacularAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from ..exceptions import NotFound
 from . import views
 
 
 @csrf_exempt  # it changes nothing: an unsafe method gets this JSON 404, not the HTML CSRF page
 def not_found(request: HttpRequest, *args: object, **kwargs: object) -> JsonResponse:
     """Any method on a path the API does not have."""
-    return JsonResponse({"code": "not_found", "detail": "No such API endpoint."}, status=404)
+    return JsonResponse({"code": NotFound.code, "detail": "No such API endpoint."}, status=404)
 
 
 schema_patterns = [

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -18,7 +17,8 @@ from ..budgets import check_budget
 from ..catalog import get_catalog
 from ..conf import assistant_settings
 from ..dispatch import Outcome
-from ..exceptions import LLMUnavailable
+from ..exceptions import LLMError, LLMUnavailable
+from ..llm_client import make_async_client
 from ..models import Message
 
 if TYPE_CHECKING:
@@ -27,17 +27,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("assistant.planner.llm")
 RESULT_LIMIT = 4000  # characters of a tool result the model sees; the UI gets everything
 FALLBACK_NOTICE = "The language model is unavailable; I answered with simple keyword matching.\n\n"
-
-
-def make_client(config: dict[str, Any]) -> openai.AsyncOpenAI:
-    if not config["MODEL"]:
-        raise LLMUnavailable("No language model is configured (ASSISTANT['LLM']['MODEL']).")
-    return openai.AsyncOpenAI(
-        base_url=config["BASE_URL"],
-        api_key=os.environ.get(config["API_KEY_ENV"] or "", "") or "not-needed",
-        timeout=float(config["TIMEOUT"]),
-        max_retries=0,
-    )
 
 
 def history(turn: Turn, limit: int) -> list[dict[str, Any]]:
@@ -91,15 +80,15 @@ class LLMPlanner:
             await fallback.run(turn, intents)
 
     async def converse(self, turn: Turn, config: dict[str, Any]) -> None:
-        client = make_client(config)
+        client = make_async_client(config)
         tools = await sync_to_async(get_catalog)(turn.user, session=turn.session, site=turn.site)
-        earlier = await sync_to_async(history)(turn, int(config["MAX_HISTORY"]))
+        earlier = await sync_to_async(history)(turn, config["MAX_HISTORY"])
         messages: list[dict[str, Any]] = [{"role": "system", "content": config["SYSTEM_PROMPT"]}]
         messages += earlier
         if turn.user_message is not None:
             messages.append({"role": "user", "content": turn.user_message.text})
         try:
-            for _ in range(int(config["MAX_STEPS"])):
+            for _ in range(config["MAX_STEPS"]):
                 calls = await self.step(turn, client, config, messages, tools)
                 if not calls:
                     return
@@ -168,7 +157,7 @@ async def stream_reply(
     calls = StreamedCalls()
     try:
         stream = await _open_stream(client, config, messages, tools)
-        async for chunk in _bounded(stream, float(config["TIMEOUT"])):
+        async for chunk in _bounded(stream, config["TIMEOUT"]):
             on_usage(chunk.model or config["MODEL"], _usage(chunk))
             # Usage-only and keep-alive chunks have no choices (Azure, Mistral, OpenAI).
             for choice in chunk.choices or ():
@@ -181,9 +170,7 @@ async def stream_reply(
                 for part in delta.tool_calls or ():
                     calls.add(part)
     except openai.APIStatusError as exc:
-        raise LLMUnavailable(
-            f"The language model answered {exc.status_code}: {_short(exc)}", code="llm_error"
-        ) from exc
+        raise LLMError(f"The language model answered {exc.status_code}: {_short(exc)}") from exc
     except openai.APITimeoutError as exc:
         raise LLMUnavailable("The language model did not answer in time.") from exc
     except openai.APIError as exc:

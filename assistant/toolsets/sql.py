@@ -315,7 +315,6 @@ class SQLInspector(Toolset):
     """Read-only access to one database: list tables, describe one, run a bounded SELECT."""
 
     name = "sql_inspector"
-    cacheable = True
     scope = "session"
     database: ClassVar[str] = "default"  # a DATABASES alias, or a DSN
     role: ClassVar[str] = ""  # PostgreSQL: connect as this role instead of the alias's USER

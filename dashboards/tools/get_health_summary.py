@@ -62,7 +62,7 @@ def database_check() -> dict[str, Any]:
 def stored_facts() -> dict[str, Any]:
     """Everything the database knows: workers' heartbeats, the job backlog, validation, dashboards."""
     now = timezone.now()
-    stale_after = float(assistant_settings.JOB_STALE_AFTER)
+    stale_after = assistant_settings.JOB_STALE_AFTER
     alive_since = now - timedelta(seconds=stale_after)
     day_ago = now - timedelta(hours=24)
     running = Job.objects.filter(status=Job.Status.RUNNING)
@@ -146,14 +146,12 @@ def problems_in(facts: dict[str, Any]) -> list[str]:
     jobs, workers = facts["jobs"], facts["workers"]
     if workers["stale_running_jobs"]:
         problems.append(f"{workers['stale_running_jobs']} running jobs lost their worker")
-    if jobs["queued"] and (jobs["oldest_queued_seconds"] or 0) > float(
-        assistant_settings.JOB_STALE_AFTER
-    ):
+    if jobs["queued"] and (jobs["oldest_queued_seconds"] or 0) > assistant_settings.JOB_STALE_AFTER:
         problems.append(f"{jobs['queued']} jobs wait for a worker")
     if jobs["failed_last_24h"]:
         problems.append(f"{jobs['failed_last_24h']} jobs failed in the last 24 h")
     latest = facts["validation"][0] if facts["validation"] else None
-    if latest and latest["status"] in ("failed", "errored"):
+    if latest and latest["status"] in (ValidationRun.Status.FAILED, ValidationRun.Status.ERRORED):
         problems.append(f"the latest validation run {latest['status']}")
     return problems
 

@@ -261,7 +261,6 @@ class Probe(Toolset):
     """Records its lifecycle; keeps a background task running until its token fires."""
 
     name = "probe"
-    cacheable = True
 
     async def on_start(self, cancel: CancellationToken) -> None:
         LIFECYCLE_LOG.append("probe:start")

@@ -18,6 +18,7 @@ from ...chat import run_turn
 from ...confirmation import cancel_action, confirm_action
 from ...dispatch import Outcome, dispatch
 from ...exceptions import AssistantError
+from ...models import AuditEntry
 from ...planner.keywords import PAIR_RE, _parse, _unquote
 from ...registry import registry
 
@@ -93,7 +94,10 @@ class Command(BaseCommand):
             return
         for outcome in outcomes:
             self.stdout.write(f"[{outcome.operation}: {outcome.decision}] {outcome.text}")
-            if outcome.decision == "confirmation_requested" and outcome.pending_action:
+            if (
+                outcome.decision == AuditEntry.Decision.CONFIRMATION_REQUESTED
+                and outcome.pending_action
+            ):
                 self.stdout.write(
                     f"  confirm with: --confirm {outcome.pending_action.pk} "
                     f"(or refuse with --reject)"

@@ -7,7 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ...evals import EvalError, load_cases, run_cases
+from ...evals import load_cases, run_cases
+from ...exceptions import EvalError
 from ...validation import Outcome
 
 MARKS = {Outcome.PASS: "pass", Outcome.FAIL: "FAIL", Outcome.WARN: "warn"}

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...conf import assistant_settings
+from ...llm_client import api_key, make_async_client
 
 PROBE_TOOL = {
     "type": "function",
@@ -73,7 +73,7 @@ class Command(BaseCommand):
         key_env = config["API_KEY_ENV"] or ""
         self.stdout.write(f"Endpoint: {endpoint}")
         self.stdout.write(f"Model:    {config['MODEL'] or '(none)'}")
-        has_key = bool(os.environ.get(key_env))
+        has_key = bool(api_key(config))
         self.stdout.write(f"API key:  ${key_env} is {'set' if has_key else 'not set'}")
         if assistant_settings.PLANNER != "llm":
             self.report(None, "ASSISTANT['PLANNER'] is not 'llm'", "the chat uses keywords")
@@ -83,7 +83,7 @@ class Command(BaseCommand):
             return self.report(False, "the openai package", "install the [llm] extra")
         if not config["MODEL"]:
             return self.report(False, "a model", "set ASSISTANT['LLM']['MODEL']")
-        client = llm.make_client(config)
+        client = make_async_client(config)
         try:
             return await self.run_probes(llm, client, config)
         finally:
