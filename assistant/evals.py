@@ -21,13 +21,13 @@ from django.contrib.auth.models import Group
 from django.db import transaction
 
 from . import events
-from .chat import Turn
 from .dispatch import Outcome, _Call, audit_entities, jsonable
 from .exceptions import AssistantError
 from .models import AuditEntry, Conversation, Message
 from .permissions import access_for
 from .planner import get_planner
 from .registry import ToolRegistry, ToolResult, registry
+from .turn import Turn
 from .validation import Outcome as Finding
 from .validation import Verdict, validation_rule
 

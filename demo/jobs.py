@@ -6,7 +6,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 
 from assistant.jobs import JobContext
-from assistant.lifecycle import Cancelled
+from assistant.cancellation import Cancelled
 
 
 def build_user_report(job: JobContext, pause: float = 0.5) -> str:

@@ -22,6 +22,7 @@ from django.utils import timezone
 from django_tasks_db.models import DBTaskResult
 from rest_framework.test import APIClient
 
+from assistant.cancellation import Cancelled
 from assistant.dispatch import dispatch
 from assistant.jobs import (
     JobContext,
@@ -32,7 +33,6 @@ from assistant.jobs import (
     execute_job,
     run_job,
 )
-from assistant.lifecycle import Cancelled
 from assistant.models import Conversation, Job, Message
 from tests import race_jobs
 from tests.race_jobs import DATABASE_BACKEND, Workers, eventually

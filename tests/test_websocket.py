@@ -17,10 +17,10 @@ from django.conf import settings
 from django.test import Client, override_settings
 from pydantic import TypeAdapter
 
-from assistant.chat import TURN_FAILED
 from assistant.dispatch import adispatch
 from assistant.models import AuditEntry, Conversation, Message, PendingAction
 from assistant.runner import RUNNING
+from assistant.turn import TURN_FAILED
 from tests.asgi import application
 from tests.testapp.models import Order
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from ..chat import Turn
+    from ..turn import Turn
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -12,7 +12,7 @@ from ..registry import AssistantTool, ToolRegistry, registry
 from . import Intent
 
 if TYPE_CHECKING:
-    from ..chat import Turn
+    from ..turn import Turn
 
 FALLBACK_OPERATION = "show_capabilities"
 NOTHING_TO_DO = "I could not find anything to do with that. Ask “what can you do?” to see my tools."

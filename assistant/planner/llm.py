@@ -21,7 +21,7 @@ from ..exceptions import LLMUnavailable
 from ..models import Message
 
 if TYPE_CHECKING:
-    from ..chat import Turn
+    from ..turn import Turn
 
 logger = logging.getLogger("assistant.planner.llm")
 RESULT_LIMIT = 4000  # characters of a tool result the model sees; the UI gets everything
