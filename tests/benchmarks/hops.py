@@ -23,6 +23,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = str(ROOT / "assistant") + os.sep
 ASGIREF = os.path.join("asgiref", "sync.py")
+DOORS = ("dispatch:", "confirmation:")  # where every path meets the one door
 Link = tuple[str, int]  # (module:function, thread ident)
 
 # (thread, outermost frame, chain below it, chain now, the segment it was spawned from): asgiref
@@ -163,7 +164,11 @@ def run(name: str, entry: Any) -> None:
         return
     _operation, trail = seen[0]
     frames, switches = hops(trail)
-    print(f"{name:<24} {frames + switches:>3} hops ({frames} frames, {switches} thread switches)")
+    door = next((i for i, (link, _) in enumerate(trail) if link.startswith(DOORS)), len(trail))
+    print(
+        f"{name:<24} {frames + switches:>3} hops ({frames} frames, {switches} thread switches;"
+        f" {door} frames to the door)"
+    )
     for link, ident in trail:
         print(f"    {link}  [thread {ident % 10000}]")
     for climb in sorted(climbs):
