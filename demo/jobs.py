@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib.auth import get_user_model
 
-from assistant.jobs import JobContext
 from assistant.cancellation import Cancelled
+from assistant.jobs import JobContext
 
 
 def build_user_report(job: JobContext, pause: float = 0.5) -> str:

@@ -19,6 +19,7 @@ from ..conf import assistant_settings
 from ..dispatch import Outcome
 from ..exceptions import LLMUnavailable
 from ..models import Message
+from .keywords import KeywordPlanner
 
 if TYPE_CHECKING:
     from ..turn import Turn
@@ -79,8 +80,6 @@ class LLMPlanner:
             if not config["FALLBACK_TO_KEYWORDS"] or turn.text or turn.outcomes:
                 raise
             logger.warning("LLM unavailable, falling back to keywords: %s", exc.message)
-            from .keywords import KeywordPlanner
-
             fallback = KeywordPlanner()
             intents = await fallback.plan(turn)  # before the notice echoes the message
             await turn.emit(
