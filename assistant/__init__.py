@@ -2,9 +2,10 @@
 
 __version__ = "0.1.0"
 
+from .cancellation import CancellationToken
 from .entities import Length, Range
 from .exceptions import AssistantError
-from .lifecycle import CancellationToken, ToolLifecycleState, Toolset, register_toolset
+from .lifecycle import ToolLifecycleState, Toolset, register_toolset
 from .registry import AssistantTool, ToolCall, ToolResult, assistant_tool
 
 __all__ = [

@@ -11,8 +11,9 @@ class AssistantConfig(AppConfig):
     def ready(self) -> None:
         from . import checks, evals, tools, validation  # noqa: F401  (checks, built-in tools, rules)
         from .conf import assistant_settings
-        from .permissions import create_tool_permissions, watch_access_changes
+        from .permissions import create_tool_permissions
         from .registry import registry
+        from .runner import watch_access_changes
 
         post_migrate.connect(create_tool_permissions, sender=self)
         watch_access_changes()

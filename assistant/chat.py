@@ -1,22 +1,25 @@
-"""One conversation turn, shared by every transport: store, plan, dispatch, stream, store."""
+"""The turn runner, shared by every transport: store the message, run the turn, store the reply."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 from django.db import DatabaseError, IntegrityError, transaction
 
 from . import events
+from .cancellation import CancellationToken
 from .conf import assistant_settings
 from .confirmation import acancel_action, aconfirm_action
-from .dispatch import DispatchCancelled, Outcome, adispatch
+from .dispatch import Outcome
 from .exceptions import (
     ActionNotFound,
     AssistantError,
@@ -24,21 +27,19 @@ from .exceptions import (
     InvalidIdempotencyKey,
     InvalidMessage,
     MessageNotStored,
-    ReplyNotStored,
     TurnInProgress,
 )
-from .lifecycle import CancellationToken, ToolSession, new_session
+from .lifecycle import ToolSession, new_session
 from .models import AuditEntry, Conversation, Message, PendingAction
 from .permissions import refresh_access
-from .redaction import redact_text, redacted, sensitive_values, unfinished_secret
+from .planner import get_planner
 from .registry import ToolRegistry, ToolResult, registry
-from .runner import Publisher, keep, lane, loop_state
+from .runner import keep, lane, loop_state
 from .storable import storable_text
+from .turn import Turn
 
 logger = logging.getLogger("assistant.chat")
-TURN_FAILED = (
-    "Sorry, something went wrong while answering; your message is saved. Please try again."
-)
+FRAME_FAILED = "Something went wrong; please try again."
 
 
 @dataclass(kw_only=True, slots=True)
@@ -84,37 +85,6 @@ def conversation_for(user: Any, conversation_id: Any) -> Conversation:
     return conversation
 
 
-def tool_call_record(outcome: Outcome, tool_call_id: str | None = None) -> dict[str, Any]:
-    """How a dispatch is remembered in the conversation (entities already redacted)."""
-    return {
-        "tool_call_id": tool_call_id,
-        "operation": outcome.operation,
-        "entities": outcome.entities,
-        "decision": outcome.decision,
-        "text": outcome.text,
-        "code": outcome.code,
-        "task_id": outcome.result.task_id if outcome.result else None,
-        "audit_id": outcome.audit_id,
-        "pending_action": str(outcome.pending_action.pk) if outcome.pending_action else None,
-    }
-
-
-def settle_user_message(message: Message, conversation: Conversation, secrets: set[str]) -> None:
-    """Store the user's message redacted and title a new conversation by it (never before)."""
-    before = message.text
-    text = redact_text(before, secrets)
-    if text != before:
-        message.text = text
-        message.save(update_fields=["text"])
-    if not conversation.title or conversation.title == before[:80]:
-        title = text[:80]  # (a secret cut short at the 80th character must go whole)
-    else:
-        title = redact_text(conversation.title, secrets)
-    if title != conversation.title:
-        conversation.title = title
-        Conversation.objects.filter(pk=conversation.pk).update(title=title)
-
-
 def stored_key(user: Any, idempotency_key: Any) -> str | None:
     """How a client's ``Idempotency-Key`` is kept on a message (one namespace per user)."""
     if idempotency_key is None:
@@ -126,15 +96,15 @@ def stored_key(user: Any, idempotency_key: Any) -> str | None:
 
 
 def start_turn(
-    user: Any, text: Any, conversation: Conversation | Any = None, idempotency_key: Any = None
+    user: Any, text: str, conversation: Conversation | Any = None, idempotency_key: Any = None
 ) -> tuple[Conversation, Message]:
     """Store the user's message (and a new conversation) before anything else can fail.
 
-    ``conversation`` is one the caller already checked belongs to ``user``, an id to check,
-    or None for a new conversation. A new conversation gets its title once the planner had
-    the chance to find secrets in the message (``Turn.show_user_message``).
+    ``text`` is what ``check_message`` returned. ``conversation`` is one the caller already
+    checked belongs to ``user``, an id to check, or None for a new conversation. A new
+    conversation gets its title once the planner had the chance to find secrets in the
+    message (``Turn.show_user_message``).
     """
-    text = check_message(text)
     key = stored_key(user, idempotency_key)
     try:
         with transaction.atomic():
@@ -196,253 +166,16 @@ def _stored_outcome(
     )
 
 
-class Turn:
-    """One run on a conversation: what planners call to speak and to use tools."""
-
-    def __init__(
-        self,
-        *,
-        user: Any,
-        conversation: Conversation,
-        user_message: Message | None,
-        source: str,
-        request_ip: str | None = None,
-        site: ToolRegistry = registry,
-        cancel: CancellationToken | None = None,
-        run_id: str | None = None,
-        session: ToolSession | None = None,
-    ) -> None:
-        self.user = user
-        self.conversation = conversation
-        self.user_message = user_message
-        self.source = source
-        self.request_ip = request_ip
-        self.site = site
-        self.session = session
-        self.cancel = cancel or CancellationToken()
-        self.thread_id = str(conversation.pk)
-        self.run_id = run_id or uuid.uuid4().hex
-        self.message_id = str(uuid.uuid4())  # the stored assistant message will have this id
-        self.outcomes: list[Outcome] = []
-        self.records: list[dict[str, Any]] = []
-        self.interrupts: list[Any] = []
-        self.frames: list[dict[str, Any]] = []
-        self._parts: list[str] = []
-        self._text_open = False
-        self.secrets: set[str] = set()  # what sensitive entities of this turn's calls hold
-        self._shown: set[str] = set()  # the secrets known when the user's message was echoed
-        self._echoed = False
-        self._held = ""  # reply text not streamed yet: it may be the start of a secret
-        self.publisher = Publisher(self.thread_id)
-        self.model = ""  # the language model that answered, if one did
-        self.usage: dict[str, int] = {}  # its tokens, summed over the turn's model calls
-        self._step_usage: dict[str, int] | None = None
-
-    @property
-    def text(self) -> str:
-        return "".join(self._parts)
-
-    async def emit(self, event: Any) -> dict[str, Any]:
-        """Queue the event for every socket on the conversation (numbered when it is sent)."""
-        frame = events.frame(event, thread_id=self.thread_id, run_id=self.run_id)
-        self.frames.append(frame)
-        self.publisher.put(frame)
-        return frame
-
-    def identify(self, operation: Any, entities: Any) -> None:
-        """Learn what a call's sensitive entities hold: from now on nothing of the turn shows it."""
-        tool = self.site._tools.get(operation) if isinstance(operation, str) else None
-        self.secrets |= sensitive_values(tool, entities)
-
-    async def show_user_message(self) -> None:
-        """Echo the user's message, redacted with what the planner found, once (before any reply)."""
-        if self._echoed or self.user_message is None:
-            return
-        self._echoed = True
-        self._shown = set(self.secrets)
-        await self._settle()
-        await _echo_user_message(self, self.user_message)
-
-    async def _settle(self) -> None:
-        assert self.user_message is not None
-        try:
-            await sync_to_async(settle_user_message)(
-                self.user_message, self.conversation, self._shown
-            )
-        except DatabaseError:  # the echo is still redacted: the text changed before the save
-            logger.exception("Storing the redacted message in %s failed", self.thread_id)
-
-    async def say(self, delta: str) -> None:
-        """Stream reply text (what may be the start of a secret waits for the next words)."""
-        text = redact_text(self._held + delta, self.secrets)
-        hold = unfinished_secret(text, self.secrets)
-        self._held = text[len(text) - hold :]
-        await self._stream(text[: len(text) - hold])
-
-    async def _stream(self, delta: str) -> None:
-        if not delta:
-            return
-        await self.show_user_message()
-        if not self._text_open:
-            self._text_open = True
-            await self.emit(events.text_start(self.message_id))
-        self._parts.append(delta)
-        await self.emit(events.text_content(self.message_id, delta))
-
-    def count_usage(self, model: str, usage: dict[str, int] | None) -> None:
-        """Note a model call's reported usage; servers that repeat it cumulatively count once."""
-        self.model = model or self.model
-        if usage is not None:
-            self._step_usage = usage
-
-    def end_step(self) -> None:
-        """Add the finished model call's usage to the turn's."""
-        if self._step_usage is not None:
-            for name, value in self._step_usage.items():
-                self.usage[name] = self.usage.get(name, 0) + value
-        self._step_usage = None
-
-    async def announce_call(self, tool_call_id: str, operation: str, arguments: str) -> None:
-        await self.show_user_message()
-        await self.emit(events.tool_call_start(tool_call_id, operation, self.message_id))
-        if arguments:
-            await self.emit(events.tool_call_args(tool_call_id, arguments))
-        await self.emit(events.tool_call_end(tool_call_id))
-
-    async def call(
-        self,
-        operation: str,
-        entities: dict[str, Any] | None,
-        *,
-        tool_call_id: str | None = None,
-        announced: bool = False,
-    ) -> Outcome:
-        """Dispatch one intent (the only door) and stream the call and its result."""
-        tool_call_id = tool_call_id or f"call_{uuid.uuid4().hex[:16]}"
-        self.identify(operation, entities)
-        if not announced:
-            shown = redacted(operation, entities, self.site)
-            await self.announce_call(tool_call_id, operation, json.dumps(shown))
-        try:
-            outcome = await adispatch(
-                operation,
-                entities,
-                user=self.user,
-                conversation=self.conversation,
-                source=self.source,
-                request_ip=self.request_ip,
-                site=self.site,
-                cancel=self.cancel.child(),
-                session=self.session,
-            )
-        except DispatchCancelled as stopped:
-            await asyncio.shield(self.record(stopped.outcome, tool_call_id))
-            raise
-        await self.record(outcome, tool_call_id)
-        return outcome
-
-    async def record(self, outcome: Outcome, tool_call_id: str) -> None:
-        """Remember an outcome and stream its result (and any approval it waits for)."""
-        if outcome.result is not None and self.secrets:  # what the handler said, redacted
-            outcome.result = replace(
-                outcome.result, text=redact_text(outcome.result.text, self.secrets)
-            )
-        self.outcomes.append(outcome)
-        record = tool_call_record(outcome, tool_call_id)
-        record["text"] = redact_text(record["text"], self.secrets)  # (an error's message too)
-        self.records.append(record)
-        await self.emit(
-            events.tool_call_result(f"{tool_call_id}-result", tool_call_id, record["text"])
-        )
-        await self.emit(events.custom("assistant.outcome", record))
-        if outcome.decision == "confirmation_requested" and outcome.pending_action is not None:
-            self.interrupts.append(
-                events.confirmation_interrupt(
-                    outcome.pending_action, tool_call_id, outcome.entities
-                )
-            )
-
-    async def finish(self, status: str, error: AssistantError | None = None) -> Message:
-        """Store the assistant message and close the run: finished, interrupted, cancelled or failed.
-
-        The run always ends: when the reply cannot be stored (say, the database went away), a
-        ``RUN_ERROR`` says so (``reply_not_stored``) and ``ReplyNotStored`` is raised.
-        """
-        held, self._held = self._held, ""
-        await self._stream(held)
-        if status == Message.Status.FAILED and not self._parts:
-            self._parts.append(error.message if error else TURN_FAILED)
-        await self.show_user_message()
-        if self.user_message is not None and self.secrets - self._shown:
-            # found after the echo (an LLM may speak first): the stored message forgets them
-            await self.forget_late_secrets()
-        if self._text_open:
-            await self.emit(events.text_end(self.message_id))
-        try:
-            message = await sync_to_async(self._store)(status)
-        except Exception as exc:
-            logger.exception("Storing the reply failed in conversation %s", self.thread_id)
-            await sync_to_async(self._release_key)()
-            lost = ReplyNotStored()
-            await self.emit(events.run_error(lost.message, lost.code))
-            raise lost from exc
-        if status == Message.Status.FAILED:
-            code = error.code if error else "turn_failed"
-            await self.emit(events.run_error(error.message if error else TURN_FAILED, code))
-        else:
-            await self.emit(
-                events.run_finished(
-                    self.thread_id,
-                    self.run_id,
-                    result={"message": self.message_id, "status": status},
-                    interrupts=self.interrupts,
-                    cancelled=status == Message.Status.CANCELLED,
-                )
-            )
-        return message
-
-    async def forget_late_secrets(self) -> None:
-        """Redact the stored user message and the replay log with secrets found after the echo."""
-        self._shown = set(self.secrets)
-        await self._settle()
-        secrets = self._shown
-        self.publisher.redact(lambda text: redact_text(text, secrets))
-
-    def _release_key(self) -> None:
-        """A turn whose reply was lost frees its Idempotency-Key, so a retry runs it again."""
-        key = getattr(self.user_message, "idempotency_key", None)
-        if key is None:
-            return
-        try:
-            Message.objects.filter(idempotency_key=key).update(idempotency_key=None)
-        except DatabaseError:
-            logger.exception("Releasing the Idempotency-Key of a lost reply failed")
-
-    def _store(self, status: str) -> Message:
-        actions = [a for o in self.outcomes if o.result for a in o.result.actions]
-        with transaction.atomic():
-            message = Message.objects.create(
-                id=uuid.UUID(self.message_id),
-                conversation=self.conversation,
-                role=Message.Role.ASSISTANT,
-                text=redact_text(self.text, self.secrets),
-                status=status,
-                tool_calls=self.records,
-                actions=actions,
-                model=self.model[:200],
-                prompt_tokens=self.usage.get("prompt_tokens"),
-                completion_tokens=self.usage.get("completion_tokens"),
-                total_tokens=self.usage.get("total_tokens"),
-                idempotency_key=getattr(self.user_message, "idempotency_key", None),
-            )
-            self.conversation.touch()
-        return message
-
-
 Work = Callable[[Turn], Awaitable[None]]
 
 
-async def execute(turn: Turn, work: Work) -> Message:
+async def plan(turn: Turn) -> None:
+    """The work of a message's run (the planner is chosen inside it: one that cannot load ends
+    the run as RUN_ERROR)."""
+    await get_planner().run(turn)
+
+
+async def run_started_turn(turn: Turn, work: Work = plan) -> TurnResult:
     """Run ``work`` as one AG-UI run; whatever happens, the run ends stored and announced."""
     loop = asyncio.get_running_loop()
     refresh_access(turn.user)  # a long-lived user object reloads what may have changed
@@ -476,24 +209,16 @@ async def execute(turn: Turn, work: Work) -> Message:
         await turn.publisher.close()
     if shutdown:
         raise asyncio.CancelledError
-    return message
-
-
-async def _echo_user_message(turn: Turn, message: Message) -> None:
-    """The user's message as events too, so every tab on the conversation shows it."""
-    await turn.emit(events.user_text_start(str(message.pk)))
-    await turn.emit(events.text_content(str(message.pk), message.text))
-    await turn.emit(events.text_end(str(message.pk)))
-
-
-def planner_for(turn: Turn) -> Work:
-    async def plan(turn: Turn) -> None:
-        from .planner import get_planner
-
-        # chosen inside the run: a planner that cannot load ends the run as RUN_ERROR
-        await get_planner().run(turn)
-
-    return plan
+    if turn.session is not None and turn.session.closed:
+        await turn.session.stop()  # its connection closed while this turn was still running
+    return TurnResult(
+        conversation=turn.conversation,
+        user_message=turn.user_message,
+        assistant_message=message,
+        outcomes=turn.outcomes,
+        frames=turn.frames,
+        run_id=turn.run_id,
+    )
 
 
 async def arun_turn(
@@ -519,7 +244,7 @@ async def arun_turn(
     if earlier is not None:
         return earlier
     conversation, user_message = await sync_to_async(start_turn)(
-        user, text, conversation_id, idempotency_key
+        user, check_message(text), conversation_id, idempotency_key
     )
     own = session is None
     turn = Turn(
@@ -538,108 +263,6 @@ async def arun_turn(
     finally:
         if own and turn.session is not None:
             await turn.session.stop()
-
-
-async def run_started_turn(turn: Turn, work: Work | None = None) -> TurnResult:
-    message = await execute(turn, work or planner_for(turn))
-    if turn.session is not None and turn.session.closed:
-        await turn.session.stop()  # its connection closed while this turn was still running
-    return TurnResult(
-        conversation=turn.conversation,
-        user_message=turn.user_message,
-        assistant_message=message,
-        outcomes=turn.outcomes,
-        frames=turn.frames,
-        run_id=turn.run_id,
-    )
-
-
-async def _in_lane(turn: Turn, work: Work | None) -> TurnResult:
-    async with lane():
-        return await run_started_turn(turn, work)
-
-
-def launch(turn: Turn, work: Work | None = None) -> asyncio.Task[TurnResult]:
-    """Run a turn in the background on a lane, independent of the socket that asked for it."""
-    return keep(asyncio.ensure_future(_in_lane(turn, work)))
-
-
-async def _message_in_lane(
-    user: Any,
-    text: str,
-    conversation: Any,
-    source: str,
-    request_ip: str | None,
-    on_started: Callable[[Conversation], Awaitable[None]],
-    on_refused: Callable[[AssistantError], Awaitable[None]],
-    session: ToolSession | None,
-) -> TurnResult | None:
-    # A Stop may come while the turn still waits for a lane: its token listens from now on.
-    cancel = CancellationToken()
-    control = loop_state().control
-    waiting = str(getattr(conversation, "pk", conversation)) if conversation else None
-    queued = f"queued-{uuid.uuid4().hex}"
-    if waiting:
-        control.register(waiting, queued, cancel)
-    try:
-        async with lane():
-            try:
-                conversation, message = await sync_to_async(start_turn)(user, text, conversation)
-            except AssistantError as exc:
-                await _tell(on_refused, exc)
-                return None
-            except DatabaseError:
-                # (say, the user or the conversation was deleted meanwhile): nothing was stored
-                logger.exception("Storing a message failed")
-                await _tell(on_refused, MessageNotStored())
-                return None
-            except Exception:
-                logger.exception("Starting a turn failed")
-                await _tell(on_refused, MessageNotStored(code="internal_error"))
-                return None
-            await _tell(on_started, conversation)
-            turn = Turn(
-                user=user,
-                conversation=conversation,
-                user_message=message,
-                source=source,
-                request_ip=request_ip,
-                session=session,
-                cancel=cancel,
-            )
-            return await run_started_turn(turn)
-    finally:
-        if waiting:
-            control.unregister(waiting, queued)
-
-
-async def _tell(callback: Callable[[Any], Awaitable[None]], argument: Any) -> None:
-    """Let the transport know; its failure (say, its socket has gone) never stops the turn."""
-    try:
-        await callback(argument)
-    except Exception:
-        logger.exception("Telling the transport about a turn failed; the turn goes on")
-
-
-def launch_message(
-    user: Any,
-    text: str,
-    conversation: Any,
-    *,
-    source: str,
-    request_ip: str | None,
-    on_started: Callable[[Conversation], Awaitable[None]],
-    on_refused: Callable[[AssistantError], Awaitable[None]],
-    session: ToolSession | None = None,
-) -> asyncio.Task[TurnResult | None]:
-    """Store a message and run its turn on a lane; ``on_started`` runs before any event is sent."""
-    return keep(
-        asyncio.ensure_future(
-            _message_in_lane(
-                user, text, conversation, source, request_ip, on_started, on_refused, session
-            )
-        )
-    )
 
 
 def run_turn(
@@ -662,6 +285,147 @@ def run_turn(
         site=site,
         idempotency_key=idempotency_key,
     )
+
+
+# -- turns in the background (the websocket) ---------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NewMessage:
+    """A message (as ``check_message`` returned it) for one of the user's conversations, by
+    object (already checked to be theirs) or id, or for a new one (None)."""
+
+    text: str
+    conversation: Conversation | Any = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ActionAnswer:
+    """The user's answer to one of their pending actions: confirm it or reject it."""
+
+    action: Any
+    confirm: bool
+
+
+class Launch:
+    """A turn launched on a lane, independent of whoever asked for it.
+
+    ``async with launch.start() as conversation`` waits until the turn is stored and may run,
+    or raises why it was refused; the run begins when the block ends, so the caller can start
+    listening to the conversation first.
+    """
+
+    def __init__(self) -> None:
+        self._stored: asyncio.Future[Conversation] = asyncio.get_running_loop().create_future()
+        self._go = asyncio.Event()
+        self.task: asyncio.Task[TurnResult | None] | None = None
+
+    @asynccontextmanager
+    async def start(self) -> AsyncIterator[Conversation]:
+        try:
+            yield await asyncio.shield(self._stored)
+        finally:
+            self._go.set()
+
+
+def launch(
+    user: Any,
+    request: NewMessage | ActionAnswer,
+    *,
+    source: str,
+    request_ip: str | None = None,
+    session: ToolSession | None = None,
+) -> Launch:
+    """Store a message (or find the pending action) and run its turn on a lane, in the background."""
+    launched = Launch()
+    launched.task = keep(
+        asyncio.ensure_future(_in_lane(launched, user, request, source, request_ip, session))
+    )
+    return launched
+
+
+async def _in_lane(
+    launched: Launch,
+    user: Any,
+    request: NewMessage | ActionAnswer,
+    source: str,
+    request_ip: str | None,
+    session: ToolSession | None,
+) -> TurnResult | None:
+    # A Stop may come while the turn still waits for a lane: its token listens from now on.
+    cancel = CancellationToken()
+    control = loop_state().control
+    target = request.conversation if isinstance(request, NewMessage) else None
+    waiting = str(getattr(target, "pk", target)) if target else None
+    queued = f"queued-{uuid.uuid4().hex}"
+    if waiting:
+        control.register(waiting, queued, cancel)
+    try:
+        async with lane():
+            try:
+                turn = await sync_to_async(_begin)(
+                    user,
+                    request,
+                    source=source,
+                    request_ip=request_ip,
+                    session=session,
+                    cancel=cancel,
+                )
+            except Exception as exc:
+                launched._stored.set_exception(_refusal(exc, request))
+                launched._stored.exception()  # (retrieved: a caller that left is no error)
+                return None
+            launched._stored.set_result(turn.conversation)
+            await launched._go.wait()
+            if isinstance(request, ActionAnswer):
+                answer = functools.partial(
+                    answer_action, action_id=request.action, confirm=request.confirm
+                )
+                return await run_started_turn(turn, answer)
+            return await run_started_turn(turn)
+    finally:
+        if waiting:
+            control.unregister(waiting, queued)
+
+
+def _begin(
+    user: Any,
+    request: NewMessage | ActionAnswer,
+    *,
+    source: str,
+    request_ip: str | None,
+    session: ToolSession | None,
+    cancel: CancellationToken,
+) -> Turn:
+    if isinstance(request, ActionAnswer):
+        return decision_turn(
+            user, request.action, confirm=request.confirm, source=source, session=session
+        )
+    conversation, message = start_turn(user, request.text, request.conversation)
+    return Turn(
+        user=user,
+        conversation=conversation,
+        user_message=message,
+        source=source,
+        request_ip=request_ip,
+        session=session,
+        cancel=cancel,
+    )
+
+
+def _refusal(exc: Exception, request: NewMessage | ActionAnswer) -> AssistantError:
+    """What the client is told when a turn cannot start (nothing was stored)."""
+    if isinstance(exc, AssistantError):
+        return exc
+    if isinstance(request, ActionAnswer):
+        logger.exception("Starting a decision turn failed", exc_info=exc)
+        return AssistantError(FRAME_FAILED, code="internal_error")
+    if isinstance(exc, DatabaseError):
+        # (say, the user or the conversation was deleted meanwhile): nothing was stored
+        logger.exception("Storing a message failed", exc_info=exc)
+        return MessageNotStored()
+    logger.exception("Starting a turn failed", exc_info=exc)
+    return MessageNotStored(code="internal_error")
 
 
 def decision_turn(

@@ -20,15 +20,8 @@ from django.utils.functional import LazyObject, empty
 
 from . import events
 from .api.views import AssistantThrottle
-from .chat import (
-    Turn,
-    answer_action,
-    check_message,
-    conversation_for,
-    decision_turn,
-    launch,
-    launch_message,
-)
+from .broadcast import group_name
+from .chat import ActionAnswer, Launch, NewMessage, check_message, conversation_for, launch
 from .conf import assistant_settings
 from .eventlog import event_log
 from .exceptions import (
@@ -41,12 +34,12 @@ from .exceptions import (
     Throttled,
     UnknownFrameType,
 )
-from .jobs import cancel_job
+from .jobs import cancel_job, job_relay
 from .lifecycle import ToolSession, bind_process_session, new_session
 from .models import Conversation, Message, PendingAction
 from .permissions import access_for, refresh_access, reread_access
 from .redaction import redacted
-from .runner import group_name, job_relay, loop_state, request_stop
+from .runner import keep, loop_state, request_stop
 
 logger = logging.getLogger("assistant.consumers")
 UNAUTHENTICATED = 4401
@@ -320,38 +313,31 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         text = check_message(content.get("text"))
         target = content.get("conversation")
         conversation = self.watching.get(str(target), target) if target else None
-
-        async def refused(error: AssistantError) -> None:
-            await self.send_error(error.code, error.message)
-
-        launch_message(
-            self.user,
-            text,
-            conversation,
-            source="websocket",
-            request_ip=self.client_ip(),
-            on_started=self.watch,
-            on_refused=refused,
-            session=self.tools,
-        )
+        self.start(NewMessage(text=text, conversation=conversation))
 
     async def on_confirm(self, content: dict[str, Any]) -> None:
-        await self.answer(content, confirm=True)
+        self.start(ActionAnswer(action=self.required(content, "action"), confirm=True))
 
     async def on_reject(self, content: dict[str, Any]) -> None:
-        await self.answer(content, confirm=False)
+        self.start(ActionAnswer(action=self.required(content, "action"), confirm=False))
 
-    async def answer(self, content: dict[str, Any], *, confirm: bool) -> None:
-        action_id = self.required(content, "action")
-        turn = await sync_to_async(decision_turn)(
-            self.user, action_id, confirm=confirm, source="websocket", session=self.tools
+    def start(self, request: NewMessage | ActionAnswer) -> None:
+        """Launch the turn; this socket joins its conversation before the run sends anything."""
+        launched = launch(
+            self.user, request, source="websocket", request_ip=self.client_ip(), session=self.tools
         )
-        await self.watch(turn.conversation)
+        keep(asyncio.ensure_future(self.join(launched)))
 
-        async def work(turn: Turn) -> None:
-            await answer_action(turn, action_id, confirm=confirm)
-
-        launch(turn, work)
+    async def join(self, launched: Launch) -> None:
+        """Watch the launched turn's conversation, or tell the client why it was refused."""
+        try:
+            async with launched.start() as conversation:
+                try:
+                    await self.watch(conversation)
+                except Exception:  # (the client was told: not_subscribed)
+                    logger.exception("Joining a turn's conversation failed; the turn goes on")
+        except AssistantError as refused:
+            await self.send_error(refused.code, refused.message)
 
     async def on_cancel(self, content: dict[str, Any]) -> None:
         thread_id = content.get("conversation") or self.current

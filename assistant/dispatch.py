@@ -22,6 +22,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.apps import apps
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 
+from .cancellation import CancellationToken
 from .conf import assistant_settings
 from .exceptions import (
     AssistantError,
@@ -36,7 +37,6 @@ from .exceptions import (
 )
 from .jobs import JobManager
 from .lifecycle import (
-    CancellationToken,
     ToolLifecycleState,
     ToolSession,
     new_session,

@@ -21,12 +21,12 @@ from django.contrib.auth.models import Group
 from django.db import transaction
 
 from . import events
-from .chat import Turn
 from .dispatch import CallContext, Outcome, preview
 from .exceptions import AssistantError, EvalError
 from .models import AuditEntry, Conversation, Message
 from .planner import get_planner
 from .registry import ToolRegistry, ToolResult, registry
+from .turn import Turn
 from .validation import Outcome as Finding
 from .validation import Verdict, validation_rule
 

@@ -9,6 +9,7 @@ beating is marked failed by the reaper.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import inspect
 import logging
@@ -20,7 +21,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from django import db
 from django.apps import apps
 from django.core.exceptions import ValidationError
@@ -28,13 +29,17 @@ from django.db import close_old_connections, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from . import events
+from .broadcast import Publisher
+from .cancellation import CancellationToken
 from .compat import task
 from .conf import assistant_settings
 from .exceptions import Cancelled, JobDefinitionError, JobNotFound, WorkerLost
-from .lifecycle import CancellationToken
 from .models import Job, Message
+from .registry import ToolResult
 
 logger = logging.getLogger("assistant.jobs")
+RELAY_LOOK_BACK = 5.0  # seconds the job relay re-reads behind its watermark
 
 
 def _path_of(function: Callable[..., Any]) -> str:
@@ -167,8 +172,6 @@ def execute_job(job_id: str) -> str:
 
 
 def _result(value: Any) -> tuple[str, Any]:
-    from .registry import ToolResult
-
     if isinstance(value, ToolResult):
         return value.text, value.data
     if value is None:
@@ -290,3 +293,112 @@ def cancel_job(user: Any, job_id: Any) -> Job:
     if job.status == Job.Status.CANCELLED:
         announce_completion(job)  # it never started: no worker will say so
     return job
+
+
+# -- the relay: job progress from the database to the chat ------------------------------------
+
+
+class JobRelay:
+    """Brings job progress and completion from the database to the chat, in every web process.
+
+    Workers only write rows (they may run with no channel layer at all, or another one); while
+    sockets are connected, each web process polls for jobs that changed and sends an
+    ``assistant.job`` event (and the completion message) to their conversation. It also reaps
+    jobs whose worker went silent.
+    """
+
+    def __init__(self) -> None:
+        self.watchers = 0
+        self.task: asyncio.Task[None] | None = None
+        # job id → (updated_at last sent, completion message sent): what was already relayed
+        # within the look-back window
+        self.sent: dict[Any, tuple[Any, bool]] = {}
+
+    def acquire(self) -> None:
+        self.watchers += 1
+        if self.task is None or self.task.done():
+            self.task = asyncio.ensure_future(self._run())
+
+    def release(self) -> None:
+        self.watchers = max(0, self.watchers - 1)
+
+    async def _run(self) -> None:
+        since = timezone.now()
+        last_reap = 0.0
+        loop = asyncio.get_running_loop()
+        while self.watchers > 0:
+            await asyncio.sleep(assistant_settings.JOB_RELAY_INTERVAL)
+            try:
+                since = await self.relay(since)
+                if loop.time() - last_reap > assistant_settings.JOB_STALE_AFTER / 2:
+                    last_reap = loop.time()
+                    await sync_to_async(reap_stale_jobs)()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("Relaying job progress failed; retrying")
+
+    async def relay(self, since: Any) -> Any:
+        """Send what changed after ``since``; returns the new watermark.
+
+        It looks a few seconds behind the watermark: a row committed late, or stamped by a
+        worker whose clock runs behind, is still seen; what was already sent is skipped.
+        """
+        window = timedelta(seconds=RELAY_LOOK_BACK)
+        changed, messages = await sync_to_async(_changed_jobs)(since - window)
+        for job, event in changed:
+            last, message_sent = self.sent.get(job.pk, (None, False))
+            message = messages.get(job.pk)
+            fresh = last is None or job.updated_at > last
+            announce = message is not None and not message_sent
+            if not (fresh or announce):
+                continue
+            publisher = Publisher(str(job.conversation_id))
+            if fresh:
+                publisher.put(_frame(events.custom("assistant.job", event), job.conversation_id))
+            if announce:
+                for frame in _message_frames(message):
+                    publisher.put(frame)
+            await publisher.close()
+            self.sent[job.pk] = (job.updated_at, message_sent or announce)
+            since = max(since, job.updated_at)
+        horizon = since - window
+        self.sent = {pk: entry for pk, entry in self.sent.items() if entry[0] >= horizon}
+        return since
+
+
+def _changed_jobs(since: Any) -> tuple[list[Any], dict[Any, Any]]:
+    jobs = list(
+        Job.objects.filter(updated_at__gt=since, conversation__isnull=False)
+        .select_related("completion_message")
+        .order_by("updated_at")[:500]
+    )
+    messages = {job.pk: job.completion_message for job in jobs if job.completion_message}
+    return [(job, job_event(job)) for job in jobs], messages
+
+
+def _frame(event: Any, thread_id: Any) -> dict[str, Any]:
+    return events.frame(event, thread_id=str(thread_id), run_id=None)
+
+
+def _message_frames(message: Any) -> list[dict[str, Any]]:
+    message_id = str(message.pk)
+    thread_id = message.conversation_id
+    return [
+        _frame(events.text_start(message_id), thread_id),
+        _frame(events.text_content(message_id, message.text), thread_id),
+        _frame(events.text_end(message_id), thread_id),
+    ]
+
+
+_relays: dict[asyncio.AbstractEventLoop, JobRelay] = {}
+
+
+def job_relay() -> JobRelay:
+    loop = asyncio.get_running_loop()
+    relay = _relays.get(loop)
+    if relay is None:
+        for old in [old for old in _relays if old.is_closed()]:
+            del _relays[old]
+        relay = _relays[loop] = JobRelay()
+    return relay

@@ -12,8 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 from django.core.signals import setting_changed
-from django.db import transaction
-from django.db.models.signals import m2m_changed, post_delete, post_save
 from django.dispatch import receiver
 from rest_framework.permissions import BasePermission
 
@@ -230,59 +228,10 @@ def access_generation() -> int:
     return _generation
 
 
-def permissions_changed(*, broadcast: bool = True) -> None:
-    """Make every access snapshot in this process stale, and (by default) in every other one."""
+def access_changed() -> None:
+    """Make every access snapshot in this process stale (the next reading reloads)."""
     global _generation
     _generation += 1
-    if broadcast:
-        from .runner import broadcast_access_change
-
-        broadcast_access_change()
-
-
-def _on_access_change(sender: Any, **kwargs: Any) -> None:
-    action = kwargs.get("action")
-    if action is not None and not action.startswith("post_"):
-        return  # m2m_changed: only once the change is made
-    update_fields = kwargs.get("update_fields")
-    if update_fields is not None and not set(update_fields) & set(USER_FLAGS):
-        return  # e.g. a login stamping last_login
-    from django.contrib.auth import get_user_model
-    from django.contrib.auth.models import Group, Permission
-
-    if kwargs.get("created") and sender in (get_user_model(), Group, Permission):
-        return  # a new user, group or permission: nobody holds anything through it yet
-    transaction.on_commit(permissions_changed, using=kwargs.get("using"))
-
-
-def watch_access_changes() -> None:
-    """Connect the receivers that make access snapshots stale when permissions change."""
-    from django.contrib.auth import get_user_model
-    from django.contrib.auth.models import Group, Permission
-    from guardian.utils import get_group_obj_perms_model, get_user_obj_perms_model
-
-    user_model = get_user_model()
-    for model in (
-        user_model,
-        Group,
-        Permission,
-        get_user_obj_perms_model(),
-        get_group_obj_perms_model(),
-    ):
-        post_save.connect(_on_access_change, sender=model, dispatch_uid=f"assistant.{model}.save")
-        post_delete.connect(
-            _on_access_change, sender=model, dispatch_uid=f"assistant.{model}.delete"
-        )
-    for relation in (
-        getattr(user_model, "groups", None),
-        getattr(user_model, "user_permissions", None),
-        Group.permissions,
-    ):
-        through = getattr(relation, "through", None)
-        if through is not None:
-            m2m_changed.connect(
-                _on_access_change, sender=through, dispatch_uid=f"assistant.{through}.m2m"
-            )
 
 
 def denials(access: UserAccess, tool: AssistantTool, instance: Any = None) -> tuple[str, ...]:

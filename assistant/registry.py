@@ -15,8 +15,9 @@ from .exceptions import AlreadyRegistered, RegistryFrozen, ToolDefinitionError, 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
+    from .cancellation import CancellationToken
     from .jobs import JobManager
-    from .lifecycle import CancellationToken, ToolSession, Toolset
+    from .lifecycle import ToolSession, Toolset
     from .models import Conversation, PendingAction
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -1,10 +1,8 @@
-"""Where turns run: worker lanes, batched publishing of their events, and stop requests.
+"""Where turns run: worker lanes, stop requests and news of permission changes.
 
 Per server process and event loop there are ``MAX_CONCURRENT_TURNS`` lanes, each one sync
-thread that keeps its database connection between turns; one control channel that receives
-stop requests for every turn running here and news of permission changes; and, per turn, a
-publisher that numbers its frames, keeps them for replay and sends them to the
-conversation's sockets a burst at a time.
+thread that keeps its database connection between turns; and one control channel that receives
+stop requests for every turn running here and news of permission changes.
 """
 
 from __future__ import annotations
@@ -13,97 +11,23 @@ import asyncio
 import logging
 import os
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import ThreadSensitiveContext, async_to_sync, sync_to_async
-from channels.layers import get_channel_layer
-from django.db import close_old_connections
+from channels.layers import InMemoryChannelLayer, get_channel_layer
+from django.db import close_old_connections, transaction
+from django.db.models.signals import m2m_changed, post_delete, post_save
 
-from . import events
 from .conf import assistant_settings
-from .eventlog import event_log, scrubbed
+from .permissions import USER_FLAGS, access_changed
 
 if TYPE_CHECKING:
-    from .lifecycle import CancellationToken
+    from .cancellation import CancellationToken
 
 logger = logging.getLogger("assistant.runner")
-BATCH_WINDOW = 0.005  # seconds a publisher waits to gather a burst of frames into one send
-RELAY_LOOK_BACK = 5.0  # seconds the job relay re-reads behind its watermark
-
-
-def group_name(thread_id: Any) -> str:
-    """The channel-layer group every socket watching a conversation joins."""
-    return f"assistant.conversation.{thread_id}"
-
-
-class Publisher:
-    """Numbers a turn's frames, keeps them for replay and sends them, in order, in bursts."""
-
-    def __init__(self, thread_id: str) -> None:
-        self.thread_id = thread_id
-        self._pending: list[dict[str, Any]] = []
-        self._wakeup = asyncio.Event()
-        self._closing = False
-        self._task: asyncio.Task[None] | None = None
-        self._scrub: Callable[[str], str] | None = None
-
-    def put(self, frame: dict[str, Any]) -> None:
-        self._pending.append(frame)
-        self._wakeup.set()
-        if self._task is None:
-            self._task = asyncio.ensure_future(self._run())
-
-    async def _run(self) -> None:
-        while True:
-            await self._wakeup.wait()
-            self._wakeup.clear()
-            if not self._closing:
-                await asyncio.sleep(BATCH_WINDOW)
-            batch, self._pending = self._pending, []
-            if batch:
-                await self._send(batch)
-            if self._closing and not self._pending:
-                return
-
-    async def _send(self, batch: list[dict[str, Any]]) -> None:
-        # A turn's outcome never depends on publishing: a failure is logged, the turn goes on
-        # (frames the log could not number go out without a ``seq``).
-        try:
-            await event_log().append_many(self.thread_id, batch)
-        except Exception:
-            logger.exception("Keeping events for replay failed (conversation %s)", self.thread_id)
-        layer = get_channel_layer()
-        if layer is None:
-            return
-        try:
-            await layer.group_send(
-                group_name(self.thread_id), {"type": "assistant.events", "frames": batch}
-            )
-        except Exception:
-            logger.exception("Sending events failed (conversation %s)", self.thread_id)
-
-    def redact(self, scrub: Callable[[str], str]) -> None:
-        """Pass frames not yet sent through ``scrub``; the kept ones follow once all are sent."""
-        self._scrub = scrub
-        for frame in self._pending:
-            clean = scrubbed(frame, scrub)
-            frame.clear()
-            frame.update(clean)
-
-    async def close(self) -> None:
-        """Send whatever is still pending and stop; every frame has its ``seq`` afterwards."""
-        self._closing = True
-        self._wakeup.set()
-        if self._task is not None:
-            await asyncio.shield(self._task)
-        if self._scrub is not None:
-            try:
-                await event_log().redact(self.thread_id, self._scrub)
-            except Exception:
-                logger.exception("Redacting the kept events of %s failed", self.thread_id)
 
 
 CONTROL_GROUP = "assistant.control"
@@ -173,9 +97,7 @@ class Control:
                 continue
             if message.get("type") == "assistant.access":
                 if message.get("origin") != process_id():
-                    from .permissions import permissions_changed
-
-                    permissions_changed(broadcast=False)
+                    access_changed()
                 continue
             runs = self._tokens.get(message.get("thread", ""), {})
             for run_id, token in list(runs.items()):
@@ -215,8 +137,6 @@ async def request_stop(thread_id: str, run_id: str | None = None) -> None:
 
 def broadcast_access_change() -> None:
     """Tell the other server processes that permissions changed (a sync caller's twin)."""
-    from channels.layers import InMemoryChannelLayer
-
     layer = get_channel_layer()
     if layer is None or isinstance(layer, InMemoryChannelLayer):
         return  # no other process to tell
@@ -231,6 +151,58 @@ def broadcast_access_change() -> None:
     except Exception:
         # Other processes still reload within ASSISTANT["ACCESS_MAX_AGE"] seconds.
         logger.exception("Telling other processes that permissions changed failed")
+
+
+def permissions_changed(*, broadcast: bool = True) -> None:
+    """Make every access snapshot in this process stale, and (by default) in every other one."""
+    access_changed()
+    if broadcast:
+        broadcast_access_change()
+
+
+def _on_access_change(sender: Any, **kwargs: Any) -> None:
+    action = kwargs.get("action")
+    if action is not None and not action.startswith("post_"):
+        return  # m2m_changed: only once the change is made
+    update_fields = kwargs.get("update_fields")
+    if update_fields is not None and not set(update_fields) & set(USER_FLAGS):
+        return  # e.g. a login stamping last_login
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group, Permission
+
+    if kwargs.get("created") and sender in (get_user_model(), Group, Permission):
+        return  # a new user, group or permission: nobody holds anything through it yet
+    transaction.on_commit(permissions_changed, using=kwargs.get("using"))
+
+
+def watch_access_changes() -> None:
+    """Connect the receivers that make access snapshots stale when permissions change."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group, Permission
+    from guardian.utils import get_group_obj_perms_model, get_user_obj_perms_model
+
+    user_model = get_user_model()
+    for model in (
+        user_model,
+        Group,
+        Permission,
+        get_user_obj_perms_model(),
+        get_group_obj_perms_model(),
+    ):
+        post_save.connect(_on_access_change, sender=model, dispatch_uid=f"assistant.{model}.save")
+        post_delete.connect(
+            _on_access_change, sender=model, dispatch_uid=f"assistant.{model}.delete"
+        )
+    for relation in (
+        getattr(user_model, "groups", None),
+        getattr(user_model, "user_permissions", None),
+        Group.permissions,
+    ):
+        through = getattr(relation, "through", None)
+        if through is not None:
+            m2m_changed.connect(
+                _on_access_change, sender=through, dispatch_uid=f"assistant.{through}.m2m"
+            )
 
 
 class _LoopState:
@@ -290,118 +262,3 @@ def _forget(task: asyncio.Task[Any]) -> None:
     RUNNING.discard(task)
     if not task.cancelled() and task.exception() is not None:
         logger.error("A background turn failed", exc_info=task.exception())
-
-
-class JobRelay:
-    """Brings job progress and completion from the database to the chat, in every web process.
-
-    Workers only write rows (they may run with no channel layer at all, or another one); while
-    sockets are connected, each web process polls for jobs that changed and sends an
-    ``assistant.job`` event (and the completion message) to their conversation. It also reaps
-    jobs whose worker went silent.
-    """
-
-    def __init__(self) -> None:
-        self.watchers = 0
-        self.task: asyncio.Task[None] | None = None
-        # job id → (updated_at last sent, completion message sent): what was already relayed
-        # within the look-back window
-        self.sent: dict[Any, tuple[Any, bool]] = {}
-
-    def acquire(self) -> None:
-        self.watchers += 1
-        if self.task is None or self.task.done():
-            self.task = asyncio.ensure_future(self._run())
-
-    def release(self) -> None:
-        self.watchers = max(0, self.watchers - 1)
-
-    async def _run(self) -> None:
-        from django.utils import timezone
-
-        since = timezone.now()
-        last_reap = 0.0
-        loop = asyncio.get_running_loop()
-        while self.watchers > 0:
-            await asyncio.sleep(assistant_settings.JOB_RELAY_INTERVAL)
-            try:
-                since = await self.relay(since)
-                if loop.time() - last_reap > assistant_settings.JOB_STALE_AFTER / 2:
-                    last_reap = loop.time()
-                    from .jobs import reap_stale_jobs
-
-                    await sync_to_async(reap_stale_jobs)()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                logger.exception("Relaying job progress failed; retrying")
-
-    async def relay(self, since: Any) -> Any:
-        """Send what changed after ``since``; returns the new watermark.
-
-        It looks a few seconds behind the watermark: a row committed late, or stamped by a
-        worker whose clock runs behind, is still seen; what was already sent is skipped.
-        """
-        from datetime import timedelta
-
-        window = timedelta(seconds=RELAY_LOOK_BACK)
-        changed, messages = await sync_to_async(_changed_jobs)(since - window)
-        for job, event in changed:
-            last, message_sent = self.sent.get(job.pk, (None, False))
-            message = messages.get(job.pk)
-            fresh = last is None or job.updated_at > last
-            announce = message is not None and not message_sent
-            if not (fresh or announce):
-                continue
-            publisher = Publisher(str(job.conversation_id))
-            if fresh:
-                publisher.put(_frame(events.custom("assistant.job", event), job.conversation_id))
-            if announce:
-                for frame in _message_frames(message):
-                    publisher.put(frame)
-            await publisher.close()
-            self.sent[job.pk] = (job.updated_at, message_sent or announce)
-            since = max(since, job.updated_at)
-        horizon = since - window
-        self.sent = {pk: entry for pk, entry in self.sent.items() if entry[0] >= horizon}
-        return since
-
-
-def _changed_jobs(since: Any) -> tuple[list[Any], dict[Any, Any]]:
-    from .jobs import job_event
-    from .models import Job
-
-    jobs = list(
-        Job.objects.filter(updated_at__gt=since, conversation__isnull=False)
-        .select_related("completion_message")
-        .order_by("updated_at")[:500]
-    )
-    messages = {job.pk: job.completion_message for job in jobs if job.completion_message}
-    return [(job, job_event(job)) for job in jobs], messages
-
-
-def _frame(event: Any, thread_id: Any) -> dict[str, Any]:
-    return events.frame(event, thread_id=str(thread_id), run_id=None)
-
-
-def _message_frames(message: Any) -> list[dict[str, Any]]:
-    message_id = str(message.pk)
-    thread_id = message.conversation_id
-    return [
-        _frame(events.text_start(message_id), thread_id),
-        _frame(events.text_content(message_id, message.text), thread_id),
-        _frame(events.text_end(message_id), thread_id),
-    ]
-
-
-_relays: dict[asyncio.AbstractEventLoop, JobRelay] = {}
-
-
-def job_relay() -> JobRelay:
-    loop = asyncio.get_running_loop()
-    relay = _relays.get(loop)
-    if relay is None:
-        for old in [old for old in _relays if old.is_closed()]:
-            del _relays[old]
-        relay = _relays[loop] = JobRelay()
-    return relay

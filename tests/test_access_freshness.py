@@ -24,9 +24,9 @@ from guardian.shortcuts import assign_perm, remove_perm
 
 from assistant.models import AuditEntry
 from assistant.permissions import (
+    access_changed,
     access_for,
     can_use_tool,
-    permissions_changed,
     refresh_access,
     reread_access,
 )
@@ -375,7 +375,7 @@ def test_after_permissions_changed_the_next_turn_reads_the_database_again(reader
     refresh_access(reader)
     assert VIEW in access_for(reader).perms
 
-    permissions_changed(broadcast=False)
+    access_changed()  # (this process only: what news from another one does)
     refresh_access(reader)
 
     assert access_for(reader).perms == frozenset()

@@ -7,10 +7,11 @@ import uuid
 import pytest
 
 from assistant import ToolCall, ToolResult, assistant_tool
-from assistant.chat import TURN_FAILED, run_turn
+from assistant.chat import run_turn
 from assistant.exceptions import ConversationNotFound, InvalidMessage
 from assistant.models import AuditEntry, Conversation, Message
 from assistant.registry import ToolRegistry
+from assistant.turn import TURN_FAILED
 from tests.testapp.models import Order
 
 pytestmark = pytest.mark.django_db

@@ -212,7 +212,7 @@ def test_a_body_nested_past_the_interpreters_depth_is_a_400(superuser, path):
 def test_a_lost_reply_frees_its_idempotency_key_so_the_retry_runs(plain_user, monkeypatch):
     from django.db import DatabaseError
 
-    from assistant.chat import Turn
+    from assistant.turn import Turn
 
     real_store = Turn._store
     failures = iter([True])

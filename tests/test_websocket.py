@@ -13,9 +13,9 @@ from django.conf import settings
 from django.test import Client, override_settings
 from pydantic import TypeAdapter
 
-from assistant.chat import TURN_FAILED
 from assistant.dispatch import adispatch
 from assistant.models import AuditEntry, Conversation, Message, PendingAction
+from assistant.turn import TURN_FAILED
 from tests.sockets import (
     WAIT,
     Socket,

@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
+
+from ..conf import assistant_settings
+from ..exceptions import LLMUnavailable
+from .keywords import Intent, KeywordPlanner
 
 if TYPE_CHECKING:
-    from ..chat import Turn
+    from ..turn import Turn
 
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Intent:
-    """An operation a planner proposes; it means nothing until ``dispatch`` agrees."""
-
-    operation: str
-    entities: dict[str, Any] = field(default_factory=dict)
-    source: str = "keywords"
-
+__all__ = ["Intent", "KeywordPlanner", "Planner", "get_planner"]
 
 logger = logging.getLogger("assistant.planner")
 
@@ -35,8 +30,6 @@ class MissingPlanner:
         self.error = error
 
     async def run(self, turn: Turn) -> None:
-        from ..exceptions import LLMUnavailable
-
         logger.warning("The LLM planner cannot run: %s", self.error)
         raise LLMUnavailable(
             "The language model planner is not installed on the server "
@@ -46,14 +39,10 @@ class MissingPlanner:
 
 def get_planner(name: str | None = None) -> Planner:
     """The planner ``name`` or ``ASSISTANT["PLANNER"]`` names: "keywords" (default) or "llm"."""
-    from ..conf import assistant_settings
-
     if (name or assistant_settings.PLANNER) == "llm":
         try:
-            from .llm import LLMPlanner
+            from .llm import LLMPlanner  # (the optional ``openai`` package: only when chosen)
         except ImportError as exc:
             return MissingPlanner(exc)
         return LLMPlanner()
-    from .keywords import KeywordPlanner
-
     return KeywordPlanner()

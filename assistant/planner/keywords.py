@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
@@ -10,10 +11,19 @@ from asgiref.sync import sync_to_async
 from ..catalog import visible_tools
 from ..entities import Entity
 from ..registry import AssistantTool, ToolRegistry, registry
-from . import Intent
 
 if TYPE_CHECKING:
-    from ..chat import Turn
+    from ..turn import Turn
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Intent:
+    """An operation a planner proposes; it means nothing until ``dispatch`` agrees."""
+
+    operation: str
+    entities: dict[str, Any] = field(default_factory=dict)
+    source: str = "keywords"
+
 
 FALLBACK_OPERATION = "show_capabilities"
 NOTHING_TO_DO = "I could not find anything to do with that. Ask “what can you do?” to see my tools."

@@ -20,9 +20,10 @@ from ..dispatch import Outcome
 from ..exceptions import LLMError, LLMUnavailable
 from ..llm_client import make_async_client
 from ..models import Message
+from .keywords import KeywordPlanner
 
 if TYPE_CHECKING:
-    from ..chat import Turn
+    from ..turn import Turn
 
 logger = logging.getLogger("assistant.planner.llm")
 RESULT_LIMIT = 4000  # characters of a tool result the model sees; the UI gets everything
@@ -69,8 +70,6 @@ class LLMPlanner:
             if not config["FALLBACK_TO_KEYWORDS"] or turn.text or turn.outcomes:
                 raise
             logger.warning("LLM unavailable, falling back to keywords: %s", exc.message)
-            from .keywords import KeywordPlanner
-
             fallback = KeywordPlanner()
             intents = await fallback.plan(turn)  # before the notice echoes the message
             await turn.emit(

@@ -26,8 +26,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, Protocol
 
+from ..cancellation import CancellationToken
 from ..exceptions import UnsafeDatabaseRole
-from ..lifecycle import CancellationToken, Toolset
+from ..lifecycle import Toolset
 from ..registry import ToolCall, ToolResult, assistant_tool
 
 SUMMARY_ROWS = 10  # rows the model sees; the UI gets every row up to the cap

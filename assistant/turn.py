@@ -1,0 +1,312 @@
+"""A turn as planners see it: what they call to speak and to use tools, and how it is stored."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from dataclasses import replace
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.db import DatabaseError, transaction
+
+from . import events
+from .broadcast import Publisher
+from .cancellation import CancellationToken
+from .dispatch import Decision, DispatchCancelled, Outcome, adispatch
+from .exceptions import AssistantError, ReplyNotStored
+from .lifecycle import ToolSession
+from .models import Conversation, Message
+from .redaction import redact_text, redacted, sensitive_values, unfinished_secret
+from .registry import ToolRegistry, registry
+
+logger = logging.getLogger("assistant.turn")
+TURN_FAILED = (
+    "Sorry, something went wrong while answering; your message is saved. Please try again."
+)
+
+
+def tool_call_record(outcome: Outcome, tool_call_id: str | None = None) -> dict[str, Any]:
+    """How a dispatch is remembered in the conversation (entities already redacted)."""
+    return {
+        "tool_call_id": tool_call_id,
+        "operation": outcome.operation,
+        "entities": outcome.entities,
+        "decision": outcome.decision,
+        "text": outcome.text,
+        "code": outcome.code,
+        "task_id": outcome.result.task_id if outcome.result else None,
+        "audit_id": outcome.audit_id,
+        "pending_action": str(outcome.pending_action.pk) if outcome.pending_action else None,
+    }
+
+
+def settle_user_message(message: Message, conversation: Conversation, secrets: set[str]) -> None:
+    """Store the user's message redacted and title a new conversation by it (never before)."""
+    before = message.text
+    text = redact_text(before, secrets)
+    if text != before:
+        message.text = text
+        message.save(update_fields=["text"])
+    if not conversation.title or conversation.title == before[:80]:
+        title = text[:80]  # (a secret cut short at the 80th character must go whole)
+    else:
+        title = redact_text(conversation.title, secrets)
+    if title != conversation.title:
+        conversation.title = title
+        Conversation.objects.filter(pk=conversation.pk).update(title=title)
+
+
+class Turn:
+    """One run on a conversation: what planners call to speak and to use tools."""
+
+    def __init__(
+        self,
+        *,
+        user: Any,
+        conversation: Conversation,
+        user_message: Message | None,
+        source: str,
+        request_ip: str | None = None,
+        site: ToolRegistry = registry,
+        cancel: CancellationToken | None = None,
+        run_id: str | None = None,
+        session: ToolSession | None = None,
+    ) -> None:
+        self.user = user
+        self.conversation = conversation
+        self.user_message = user_message
+        self.source = source
+        self.request_ip = request_ip
+        self.site = site
+        self.session = session
+        self.cancel = cancel or CancellationToken()
+        self.thread_id = str(conversation.pk)
+        self.run_id = run_id or uuid.uuid4().hex
+        self.message_id = str(uuid.uuid4())  # the stored assistant message will have this id
+        self.outcomes: list[Outcome] = []
+        self.records: list[dict[str, Any]] = []
+        self.interrupts: list[Any] = []
+        self.frames: list[dict[str, Any]] = []
+        self._parts: list[str] = []
+        self._text_open = False
+        self.secrets: set[str] = set()  # what sensitive entities of this turn's calls hold
+        self._shown: set[str] = set()  # the secrets known when the user's message was echoed
+        self._echoed = False
+        self._held = ""  # reply text not streamed yet: it may be the start of a secret
+        self.publisher = Publisher(self.thread_id)
+        self.model = ""  # the language model that answered, if one did
+        self.usage: dict[str, int] = {}  # its tokens, summed over the turn's model calls
+        self._step_usage: dict[str, int] | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self._parts)
+
+    async def emit(self, event: Any) -> dict[str, Any]:
+        """Queue the event for every socket on the conversation (numbered when it is sent)."""
+        frame = events.frame(event, thread_id=self.thread_id, run_id=self.run_id)
+        self.frames.append(frame)
+        self.publisher.put(frame)
+        return frame
+
+    def identify(self, operation: Any, entities: Any) -> None:
+        """Learn what a call's sensitive entities hold: from now on nothing of the turn shows it."""
+        tool = self.site.find(operation)
+        self.secrets |= sensitive_values(tool, entities)
+
+    async def show_user_message(self) -> None:
+        """Echo the user's message, redacted with what the planner found, once (before any reply)."""
+        if self._echoed or self.user_message is None:
+            return
+        self._echoed = True
+        self._shown = set(self.secrets)
+        await self._settle()
+        await _echo_user_message(self, self.user_message)
+
+    async def _settle(self) -> None:
+        assert self.user_message is not None
+        try:
+            await sync_to_async(settle_user_message)(
+                self.user_message, self.conversation, self._shown
+            )
+        except DatabaseError:  # the echo is still redacted: the text changed before the save
+            logger.exception("Storing the redacted message in %s failed", self.thread_id)
+
+    async def say(self, delta: str) -> None:
+        """Stream reply text (what may be the start of a secret waits for the next words)."""
+        text = redact_text(self._held + delta, self.secrets)
+        hold = unfinished_secret(text, self.secrets)
+        self._held = text[len(text) - hold :]
+        await self._stream(text[: len(text) - hold])
+
+    async def _stream(self, delta: str) -> None:
+        if not delta:
+            return
+        await self.show_user_message()
+        if not self._text_open:
+            self._text_open = True
+            await self.emit(events.text_start(self.message_id))
+        self._parts.append(delta)
+        await self.emit(events.text_content(self.message_id, delta))
+
+    def count_usage(self, model: str, usage: dict[str, int] | None) -> None:
+        """Note a model call's reported usage; servers that repeat it cumulatively count once."""
+        self.model = model or self.model
+        if usage is not None:
+            self._step_usage = usage
+
+    def end_step(self) -> None:
+        """Add the finished model call's usage to the turn's."""
+        if self._step_usage is not None:
+            for name, value in self._step_usage.items():
+                self.usage[name] = self.usage.get(name, 0) + value
+        self._step_usage = None
+
+    async def announce_call(self, tool_call_id: str, operation: str, arguments: str) -> None:
+        await self.show_user_message()
+        await self.emit(events.tool_call_start(tool_call_id, operation, self.message_id))
+        if arguments:
+            await self.emit(events.tool_call_args(tool_call_id, arguments))
+        await self.emit(events.tool_call_end(tool_call_id))
+
+    async def call(
+        self,
+        operation: str,
+        entities: dict[str, Any] | None,
+        *,
+        tool_call_id: str | None = None,
+        announced: bool = False,
+    ) -> Outcome:
+        """Dispatch one intent (the only door) and stream the call and its result."""
+        tool_call_id = tool_call_id or f"call_{uuid.uuid4().hex[:16]}"
+        self.identify(operation, entities)
+        if not announced:
+            shown = redacted(operation, entities, self.site)
+            await self.announce_call(tool_call_id, operation, json.dumps(shown))
+        try:
+            outcome = await adispatch(
+                operation,
+                entities,
+                user=self.user,
+                conversation=self.conversation,
+                source=self.source,
+                request_ip=self.request_ip,
+                site=self.site,
+                cancel=self.cancel.child(),
+                session=self.session,
+            )
+        except DispatchCancelled as stopped:
+            await asyncio.shield(self.record(stopped.outcome, tool_call_id))
+            raise
+        await self.record(outcome, tool_call_id)
+        return outcome
+
+    async def record(self, outcome: Outcome, tool_call_id: str) -> None:
+        """Remember an outcome and stream its result (and any approval it waits for)."""
+        if outcome.result is not None and self.secrets:  # what the handler said, redacted
+            outcome.result = replace(
+                outcome.result, text=redact_text(outcome.result.text, self.secrets)
+            )
+        self.outcomes.append(outcome)
+        record = tool_call_record(outcome, tool_call_id)
+        record["text"] = redact_text(record["text"], self.secrets)  # (an error's message too)
+        self.records.append(record)
+        await self.emit(
+            events.tool_call_result(f"{tool_call_id}-result", tool_call_id, record["text"])
+        )
+        await self.emit(events.custom("assistant.outcome", record))
+        if (
+            outcome.decision == Decision.CONFIRMATION_REQUESTED
+            and outcome.pending_action is not None
+        ):
+            self.interrupts.append(
+                events.confirmation_interrupt(
+                    outcome.pending_action, tool_call_id, outcome.entities
+                )
+            )
+
+    async def finish(self, status: str, error: AssistantError | None = None) -> Message:
+        """Store the assistant message and close the run: finished, interrupted, cancelled or failed.
+
+        The run always ends: when the reply cannot be stored (say, the database went away), a
+        ``RUN_ERROR`` says so (``reply_not_stored``) and ``ReplyNotStored`` is raised.
+        """
+        held, self._held = self._held, ""
+        await self._stream(held)
+        if status == Message.Status.FAILED and not self._parts:
+            self._parts.append(error.message if error else TURN_FAILED)
+        await self.show_user_message()
+        if self.user_message is not None and self.secrets - self._shown:
+            # found after the echo (an LLM may speak first): the stored message forgets them
+            await self.forget_late_secrets()
+        if self._text_open:
+            await self.emit(events.text_end(self.message_id))
+        try:
+            message = await sync_to_async(self._store)(status)
+        except Exception as exc:
+            logger.exception("Storing the reply failed in conversation %s", self.thread_id)
+            await sync_to_async(self._release_key)()
+            lost = ReplyNotStored()
+            await self.emit(events.run_error(lost.message, lost.code))
+            raise lost from exc
+        if status == Message.Status.FAILED:
+            code = error.code if error else "turn_failed"
+            await self.emit(events.run_error(error.message if error else TURN_FAILED, code))
+        else:
+            await self.emit(
+                events.run_finished(
+                    self.thread_id,
+                    self.run_id,
+                    result={"message": self.message_id, "status": status},
+                    interrupts=self.interrupts,
+                    cancelled=status == Message.Status.CANCELLED,
+                )
+            )
+        return message
+
+    async def forget_late_secrets(self) -> None:
+        """Redact the stored user message and the replay log with secrets found after the echo."""
+        self._shown = set(self.secrets)
+        await self._settle()
+        secrets = self._shown
+        self.publisher.redact(lambda text: redact_text(text, secrets))
+
+    def _release_key(self) -> None:
+        """A turn whose reply was lost frees its Idempotency-Key, so a retry runs it again."""
+        key = getattr(self.user_message, "idempotency_key", None)
+        if key is None:
+            return
+        try:
+            Message.objects.filter(idempotency_key=key).update(idempotency_key=None)
+        except DatabaseError:
+            logger.exception("Releasing the Idempotency-Key of a lost reply failed")
+
+    def _store(self, status: str) -> Message:
+        actions = [a for o in self.outcomes if o.result for a in o.result.actions]
+        with transaction.atomic():
+            message = Message.objects.create(
+                id=uuid.UUID(self.message_id),
+                conversation=self.conversation,
+                role=Message.Role.ASSISTANT,
+                text=redact_text(self.text, self.secrets),
+                status=status,
+                tool_calls=self.records,
+                actions=actions,
+                model=self.model[:200],
+                prompt_tokens=self.usage.get("prompt_tokens"),
+                completion_tokens=self.usage.get("completion_tokens"),
+                total_tokens=self.usage.get("total_tokens"),
+                idempotency_key=getattr(self.user_message, "idempotency_key", None),
+            )
+            self.conversation.touch()
+        return message
+
+
+async def _echo_user_message(turn: Turn, message: Message) -> None:
+    """The user's message as events too, so every tab on the conversation shows it."""
+    await turn.emit(events.user_text_start(str(message.pk)))
+    await turn.emit(events.text_content(str(message.pk), message.text))
+    await turn.emit(events.text_end(str(message.pk)))
