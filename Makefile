@@ -40,6 +40,7 @@ demo: $(BIN)/.installed
 lint: $(BIN)/.installed
 	$(BIN)/ruff check assistant tests demo config dashboards
 	$(BIN)/ruff format --check assistant tests demo config dashboards
+	PYTHONPATH=. $(BIN)/lint-imports --no-logo --no-cache
 
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy assistant

@@ -1,4 +1,5 @@
-"""What a user is offered: the tools dispatch would let them call, in the LLM's tool formats.
+"""What a user is offered (the tools dispatch would let them call, in the LLM's tool formats),
+and what staff see of every tool (its inventory row).
 
 The same predicates as dispatch's steps (``permissions.denials`` for ``authorize``, the failed
 toolsets for ``make_ready``) and the same tool session a call from here would run in, so the
@@ -10,8 +11,8 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from .dispatch import failed_toolsets
-from .lifecycle import ToolSession
-from .permissions import access_for, denials
+from .lifecycle import ToolSession, process_session
+from .permissions import access_for, denials, required_permissions
 from .registry import AssistantTool, ToolRegistry, registry
 
 
@@ -40,3 +41,32 @@ def get_catalog(
     if style == "anthropic":
         return [tool.anthropic_spec() for tool in tools]
     return [tool.openai_spec() for tool in tools]
+
+
+def inventory_row(tool: AssistantTool) -> dict[str, Any]:
+    """One tool as the inventory (command and admin page) shows it: what it is, who may use it."""
+    return {
+        "operation": tool.operation,
+        "domain": tool.domain,
+        "risk_level": tool.risk_level.value,
+        "requires_confirmation": tool.requires_confirmation,
+        "public": tool.public,
+        "permissions": list(required_permissions(tool)),
+        "permission_mode": tool.permission_mode,
+        "object_check": list(tool.object_check) if tool.object_check else None,
+        "timeout": tool.timeout,
+        "toolset": tool.toolset.name if tool.toolset else None,
+        "lifecycle": _lifecycle(tool),
+        "module": tool.module,
+    }
+
+
+def _lifecycle(tool: AssistantTool) -> str:
+    """How the tool's resources live: per chat session, per process, or no lifecycle at all."""
+    if tool.toolset is None:
+        return "none"
+    if tool.toolset.scope == "process":
+        session = process_session()
+        state = session.state(tool.toolset) if session is not None else None
+        return f"process ({state or 'not started'})"
+    return "per session (starts with each chat connection)"

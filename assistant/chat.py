@@ -169,29 +169,28 @@ def _stored_outcome(
 Work = Callable[[Turn], Awaitable[None]]
 
 
-async def plan(turn: Turn) -> None:
-    """The work of a message's run (the planner is chosen inside it: one that cannot load ends
-    the run as RUN_ERROR)."""
-    await get_planner().run(turn)
-
-
-async def run_started_turn(turn: Turn, work: Work = plan) -> TurnResult:
-    """Run ``work`` as one AG-UI run; whatever happens, the run ends stored and announced."""
+async def run_started_turn(turn: Turn, work: Work | None = None) -> TurnResult:
+    """Run ``work`` (by default the planner's) as one AG-UI run; whatever happens, the run ends
+    stored and announced. The planner is chosen inside the run: one that cannot load ends it as
+    RUN_ERROR."""
     loop = asyncio.get_running_loop()
     refresh_access(turn.user)  # a long-lived user object reloads what may have changed
     control = loop_state().control
     control.register(turn.thread_id, turn.run_id, turn.cancel)
     # The user's message is echoed once the planner had the chance to find its secrets.
     await turn.emit(events.run_started(turn.thread_id, turn.run_id))
-    task = asyncio.ensure_future(work(turn))
-
-    def stop_work() -> None:
-        loop.call_soon_threadsafe(task.cancel)
-
-    stop = turn.cancel.add_callback(stop_work)
     status, error, shutdown = Message.Status.COMPLETE, None, False
     try:
-        await task
+        task = asyncio.ensure_future((work or get_planner().run)(turn))
+
+        def stop_work() -> None:
+            loop.call_soon_threadsafe(task.cancel)
+
+        stop = turn.cancel.add_callback(stop_work)
+        try:
+            await task
+        finally:
+            stop()
     except asyncio.CancelledError:
         status = Message.Status.CANCELLED
         shutdown = not turn.cancel.is_cancelled
@@ -200,8 +199,6 @@ async def run_started_turn(turn: Turn, work: Work = plan) -> TurnResult:
     except Exception:
         logger.exception("Turn failed in conversation %s", turn.thread_id)
         status = Message.Status.FAILED
-    finally:
-        stop()
     try:
         message = await asyncio.shield(turn.finish(status, error))
     finally:
@@ -454,15 +451,9 @@ async def answer_action(turn: Turn, action_id: Any, *, confirm: bool) -> None:
     """The work of a confirm or reject run: decide through dispatch and stream the outcome."""
     tool_call_id = f"call_{uuid.uuid4().hex[:16]}"
     if confirm:
-        outcome = await aconfirm_action(
-            action_id,
-            user=turn.user,
-            source=turn.source,
-            cancel=turn.cancel.child(),
-            session=turn.session,
-        )
+        outcome = await aconfirm_action(action_id, context=turn.call_context())
     else:
-        outcome = await acancel_action(action_id, user=turn.user, source=turn.source)
+        outcome = await acancel_action(action_id, context=turn.call_context())
     await turn.announce_call(tool_call_id, outcome.operation, json.dumps(outcome.entities))
     await turn.record(outcome, tool_call_id)
     await turn.say(outcome.text)

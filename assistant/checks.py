@@ -12,8 +12,10 @@ from django.core.checks import CheckMessage, Error, Warning, register
 from django.db import DatabaseError
 
 from .conf import LLM_SETTINGS, SETTINGS, Setting, nearest
+from .models import ValidationTask
 from .permissions import permission_for
 from .registry import AssistantTool, ToolRegistry, registry
+from .validation import rules
 
 
 @register("assistant")
@@ -224,8 +226,6 @@ def check_validation_rules(
     """assistant.E007: validation tasks naming rules no code registers (``check --database``)."""
     if not databases:
         return []
-    from .models import ValidationTask
-    from .validation import rules
 
     errors: list[CheckMessage] = []
     for alias in databases:

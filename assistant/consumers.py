@@ -7,7 +7,6 @@ import contextlib
 import functools
 import json
 import logging
-from types import SimpleNamespace
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -19,7 +18,6 @@ from channels.utils import await_many_dispatch
 from django.utils.functional import LazyObject, empty
 
 from . import events
-from .api.views import AssistantThrottle
 from .broadcast import group_name
 from .chat import ActionAnswer, Launch, NewMessage, check_message, conversation_for, launch
 from .conf import assistant_settings
@@ -40,6 +38,7 @@ from .models import Conversation, Message, PendingAction
 from .permissions import access_for, refresh_access, reread_access
 from .redaction import redacted
 from .runner import keep, loop_state, request_stop
+from .throttling import throttled
 
 logger = logging.getLogger("assistant.consumers")
 UNAUTHENTICATED = 4401
@@ -270,7 +269,7 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         """Refuse a turn past ``ASSISTANT["THROTTLE_RATE"]``: the REST API's budget, per user."""
         if assistant_settings.THROTTLE_RATE is None:
             return
-        refusal = await sync_to_async(_throttled)(self.user)
+        refusal = await sync_to_async(throttled)(self.user)
         if refusal is not None:
             raise refusal
 
@@ -444,20 +443,6 @@ def _stored_messages(conversation: Any) -> tuple[list[Message], bool]:
 
 def _not_json(constant: str) -> Any:
     raise FrameError(f"{constant} is not a number JSON allows.")
-
-
-class TurnThrottle(AssistantThrottle):
-    """Turns started on the websocket: the REST API's rate and cache, a count of their own."""
-
-    scope = "assistant_websocket"
-
-
-def _throttled(user: Any) -> Throttled | None:
-    """Why the user may not start a turn now, or None."""
-    throttle = TurnThrottle()
-    if throttle.allow_request(SimpleNamespace(user=user), None):  # type: ignore[arg-type]
-        return None
-    return Throttled(throttle.wait())
 
 
 def _server_backlog(send: Any) -> int:

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 from .cancellation import CancellationToken
 from .exceptions import ToolDefinitionError
+from .registry import register_methods, registry
 
 logger = logging.getLogger("assistant.lifecycle")
 
@@ -78,8 +79,6 @@ def register_toolset(cls: type[Toolset] | None = None, *, site: Any = None) -> A
     """Register a ``Toolset`` class's ``@assistant_tool`` methods like any other tool."""
 
     def register(toolset: type[Toolset]) -> type[Toolset]:
-        from .registry import register_methods
-
         if not (isinstance(toolset, type) and issubclass(toolset, Toolset)):
             raise ToolDefinitionError(f"{toolset!r}: @register_toolset needs a Toolset subclass")
         if toolset.scope not in ("session", "process"):
@@ -88,8 +87,6 @@ def register_toolset(cls: type[Toolset] | None = None, *, site: Any = None) -> A
             )
         if not toolset.name:
             toolset.name = toolset.__name__
-        from .registry import registry
-
         target = site if site is not None else registry
         if toolset.name in target.toolsets:
             raise ToolDefinitionError(
@@ -103,8 +100,6 @@ def register_toolset(cls: type[Toolset] | None = None, *, site: Any = None) -> A
 
 
 def registered_toolsets(site: Any = None) -> list[type[Toolset]]:
-    from .registry import registry
-
     return list((site if site is not None else registry).toolsets.values())
 
 

@@ -15,7 +15,7 @@ from django.db import DatabaseError, transaction
 from . import events
 from .broadcast import Publisher
 from .cancellation import CancellationToken
-from .dispatch import Decision, DispatchCancelled, Outcome, adispatch
+from .dispatch import CallContext, Decision, DispatchCancelled, Outcome, adispatch
 from .exceptions import AssistantError, ReplyNotStored
 from .lifecycle import ToolSession
 from .models import Conversation, Message
@@ -105,6 +105,18 @@ class Turn:
     def text(self) -> str:
         return "".join(self._parts)
 
+    def call_context(self) -> CallContext:
+        """The context of a call this turn makes (a child of its stop token, so a stop reaches it)."""
+        return CallContext(
+            user=self.user,
+            source=self.source,
+            conversation=self.conversation,
+            request_ip=self.request_ip,
+            cancel=self.cancel.child(),
+            session=self.session,
+            site=self.site,
+        )
+
     async def emit(self, event: Any) -> dict[str, Any]:
         """Queue the event for every socket on the conversation (numbered when it is sent)."""
         frame = events.frame(event, thread_id=self.thread_id, run_id=self.run_id)
@@ -187,17 +199,7 @@ class Turn:
             shown = redacted(operation, entities, self.site)
             await self.announce_call(tool_call_id, operation, json.dumps(shown))
         try:
-            outcome = await adispatch(
-                operation,
-                entities,
-                user=self.user,
-                conversation=self.conversation,
-                source=self.source,
-                request_ip=self.request_ip,
-                site=self.site,
-                cancel=self.cancel.child(),
-                session=self.session,
-            )
+            outcome = await adispatch(operation, entities, context=self.call_context())
         except DispatchCancelled as stopped:
             await asyncio.shield(self.record(stopped.outcome, tool_call_id))
             raise

@@ -9,6 +9,7 @@ from django.contrib.auth import get_user_model
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
+from ..catalog import inventory_row
 from ..models import Tool
 from ..permissions import explain, required_permissions
 from ..registry import registry
@@ -38,7 +39,6 @@ class ToolInventoryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             from django.core.exceptions import PermissionDenied
 
             raise PermissionDenied
-        from ..management.commands.assistant_tools import inventory_row
 
         User = get_user_model()
         username = request.GET.get("user", "").strip()

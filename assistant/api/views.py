@@ -25,18 +25,17 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import BaseSerializer
-from rest_framework.throttling import UserRateThrottle
 from rest_framework.views import APIView
 
 from ..catalog import get_catalog, visible_tools
 from ..chat import conversation_for, run_turn
-from ..conf import assistant_settings
 from ..confirmation import cancel_action, confirm_action
 from ..dispatch import Outcome, dispatch
 from ..exceptions import AssistantError
 from ..jobs import cancel_job, job_for
 from ..models import AuditEntry, Conversation, Job, PendingAction, ValidationRun, ValidationTask
 from ..permissions import IsAuditViewer
+from ..throttling import AssistantThrottle
 from ..validation import ValidationTaskService
 from .serializers import (
     AuditEntrySerializer,
@@ -174,13 +173,6 @@ class AssistantJSONParser(JSONParser):
             raise exceptions.ParseError(
                 "JSON parse error - the body is nested too deeply."
             ) from None
-
-
-class AssistantThrottle(UserRateThrottle):
-    scope = "assistant"
-
-    def get_rate(self) -> str | None:
-        return assistant_settings.THROTTLE_RATE
 
 
 class AssistantAPIView(APIView):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
+import assistant.lifecycle as lifecycle_module
 import assistant.registry as registry_module
 from assistant.registry import ToolRegistry
 
@@ -13,12 +14,13 @@ def demo_registry() -> ToolRegistry:
     """Import ``demo.assistant_tools`` with its declarations going into a fresh registry."""
     site = ToolRegistry("demo")
     original = registry_module.registry
-    registry_module.registry = site
+    # the default registry, as the decorator and @register_toolset find it
+    registry_module.registry = lifecycle_module.registry = site
     try:
         sys.modules.pop("demo.assistant_tools", None)
         importlib.import_module("demo.assistant_tools")
     finally:
-        registry_module.registry = original
+        registry_module.registry = lifecycle_module.registry = original
     return site
 
 

@@ -8,38 +8,9 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ...permissions import explain, required_permissions
-from ...registry import AssistantTool, registry
-
-
-def inventory_row(tool: AssistantTool) -> dict[str, Any]:
-    return {
-        "operation": tool.operation,
-        "domain": tool.domain,
-        "risk_level": tool.risk_level.value,
-        "requires_confirmation": tool.requires_confirmation,
-        "public": tool.public,
-        "permissions": list(required_permissions(tool)),
-        "permission_mode": tool.permission_mode,
-        "object_check": list(tool.object_check) if tool.object_check else None,
-        "timeout": tool.timeout,
-        "toolset": tool.toolset.name if tool.toolset else None,
-        "lifecycle": _lifecycle(tool),
-        "module": tool.module,
-    }
-
-
-def _lifecycle(tool: AssistantTool) -> str:
-    """How the tool's resources live: per chat session, per process, or no lifecycle at all."""
-    if tool.toolset is None:
-        return "none"
-    from ...lifecycle import process_session
-
-    if tool.toolset.scope == "process":
-        session = process_session()
-        state = session.state(tool.toolset) if session is not None else None
-        return f"process ({state or 'not started'})"
-    return "per session (starts with each chat connection)"
+from ...catalog import inventory_row
+from ...permissions import explain
+from ...registry import registry
 
 
 class Command(BaseCommand):
