@@ -26,10 +26,10 @@ from .dispatch import (
     in_one_hop,
     look_up,
     make_ready,
+    own_session,
     run_async,
     run_sync,
     runs_in_loop,
-    toolset_session,
     validate,
     write_audit,
 )
@@ -114,9 +114,13 @@ async def _claimed_in_loop(call: Call, stopped: Outcome | None) -> Outcome:
     """The async tail: ready (a toolset's), claim, run, audit."""
     if stopped is not None:
         return await aaudited(call, stopped)
-    async with toolset_session(call):
+    own = own_session(call)
+    try:
         outcome = await make_ready(call) or await sync_to_async(claim)(call)
         return await aaudited(call, outcome or await run_async(call))
+    finally:
+        if own is not None:
+            await own.stop()
 
 
 def confirm_action(action_id: Any, *, context: CallContext | None = None, **where: Any) -> Outcome:

@@ -36,7 +36,6 @@ from .jobs import cancel_job, job_relay
 from .lifecycle import ToolSession, bind_process_session, new_session
 from .models import Conversation, Message, PendingAction
 from .permissions import access_for, refresh_access, reread_access
-from .redaction import redacted
 from .runner import keep, loop_state, request_stop
 from .throttling import throttled
 
@@ -412,17 +411,7 @@ class AssistantConsumer(AsyncWebsocketConsumer):
 
 
 def _waiting_actions(user: Any) -> list[dict[str, Any]]:
-    return [
-        {
-            "id": str(action.pk),
-            "operation": action.operation,
-            "summary": action.summary,
-            "entities": redacted(action.operation, action.entities),
-            "conversation": str(action.conversation_id) if action.conversation_id else None,
-            "expires_at": action.expires_at.isoformat(),
-        }
-        for action in PendingAction.objects.owned_by(user).waiting()
-    ]
+    return [action.shown() for action in PendingAction.objects.owned_by(user).waiting()]
 
 
 def _stored_messages(conversation: Any) -> tuple[list[Message], bool]:

@@ -12,11 +12,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from time import perf_counter
-from typing import Any
+from typing import Any, NamedTuple
 
 from asgiref.sync import async_to_sync, sync_to_async
 from django.apps import apps
@@ -61,9 +60,11 @@ DECISION_STATUS = {
 }
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class CallContext:
-    """Who calls, from where, in which conversation, with which stop token and tool session."""
+class CallContext(NamedTuple):
+    """Who calls, from where, in which conversation, with which stop token and tool session.
+
+    Immutable (a named tuple: built on every call, it costs a third of a frozen dataclass).
+    """
 
     user: Any
     source: str = "api"
@@ -75,7 +76,7 @@ class CallContext:
 
     def but(self, **changes: Any) -> CallContext:
         """This context with some fields changed (a child stop token, the action's conversation)."""
-        return replace(self, **changes)
+        return self._replace(**changes)
 
 
 def context_of(context: CallContext | None, where: dict[str, Any]) -> CallContext:
@@ -381,20 +382,13 @@ def decide(call: Call, steps: Sequence[Step] = DECISIONS) -> Outcome | None:
     return None
 
 
-def _decides_in_loop(call: Call) -> bool:
+def decides_in_loop(call: Call) -> bool:
     """Whether the decision steps need no database: the access snapshot is fresh, no object."""
     tool = call.tool
     if tool is None or tool.object_check is not None:
         return False
     call.access = cached_access(call.context.user)
     return call.access is not None
-
-
-async def adecide(call: Call, steps: Sequence[Step] = DECISIONS) -> Outcome | None:
-    """``decide`` from the event loop: in the loop when no step needs the database, else one hop."""
-    if _decides_in_loop(call):
-        return decide(call, steps)
-    return await sync_to_async(decide)(call, steps)
 
 
 def failed_toolsets(session: ToolSession | None) -> set[Any]:
@@ -608,30 +602,31 @@ def here(call: Call) -> Outcome:
     return audited(call, outcome)
 
 
-@asynccontextmanager
-async def toolset_session(call: Call) -> AsyncIterator[None]:
-    """A toolset's call that brings no tool session gets its own, stopped when the call ends."""
+def own_session(call: Call) -> ToolSession | None:
+    """A toolset's call that brings no tool session gets its own, for the caller to stop."""
     tool = call.tool
     if call.context.session is not None or tool is None or tool.toolset is None:
-        yield
-        return
+        return None
     session = new_session()
     call.context = call.context.but(session=session)
-    try:
-        yield
-    finally:
-        await session.stop()
+    return session
 
 
 async def in_loop(call: Call) -> Outcome:
     """The whole pipeline from the event loop: decide, ready, gate, run, audit."""
-    async with toolset_session(call):
-        outcome = await adecide(call) or await make_ready(call)
+    own = own_session(call)
+    try:
+        outcome = decide(call) if decides_in_loop(call) else await sync_to_async(decide)(call)
+        if outcome is None and call.tool is not None and call.tool.toolset is not None:
+            outcome = await make_ready(call)
         if outcome is None:
             outcome = (
                 await sync_to_async(open_action)(call) if gated(call) else await run_async(call)
             )
         return await aaudited(call, outcome)
+    finally:
+        if own is not None:
+            await own.stop()
 
 
 def dispatch(

@@ -73,13 +73,14 @@ def confirmation_interrupt(
     action: Any, tool_call_id: str | None, entities: dict[str, Any]
 ) -> Interrupt:
     """A pending action as the AG-UI interrupt a client answers with confirm or reject."""
+    shown = action.shown()
     return Interrupt(
-        id=str(action.pk),
+        id=shown["id"],
         reason="confirmation_required",
-        message=action.summary,
+        message=shown["summary"],
         tool_call_id=tool_call_id,
-        expires_at=action.expires_at.isoformat(),
-        metadata={"operation": action.operation, "entities": entities},
+        expires_at=shown["expires_at"],
+        metadata={"operation": shown["operation"], "entities": entities},
     )
 
 

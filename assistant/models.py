@@ -213,9 +213,24 @@ class PendingAction(models.Model):
     def is_bound_to(self, entities: dict[str, Any]) -> bool:
         return entities_digest(entities) == self.entities_digest
 
+    def shown_entities(self, site: Any = None) -> dict[str, Any]:
+        """The entities as they may be shown (sensitive values redacted)."""
+        return redacted(self.operation, self.entities, site if site is not None else registry)
+
+    def shown(self) -> dict[str, Any]:
+        """The action as a client is told of it while it waits (the websocket's record of it)."""
+        return {
+            "id": str(self.pk),
+            "operation": self.operation,
+            "summary": self.summary,
+            "entities": self.shown_entities(),
+            "conversation": str(self.conversation_id) if self.conversation_id else None,
+            "expires_at": self.expires_at.isoformat(),
+        }
+
     def forgotten(self, site: Any = None) -> dict[str, Any]:
         """The fields a decided action keeps: redacted entities (and no digest of the secrets)."""
-        entities = redacted(self.operation, self.entities, site if site is not None else registry)
+        entities = self.shown_entities(site)
         return {"entities": entities, "entities_digest": entities_digest(entities)}
 
     @classmethod

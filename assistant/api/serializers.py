@@ -18,7 +18,6 @@ from ..models import (
     ValidationRun,
     ValidationTask,
 )
-from ..redaction import redacted
 
 
 class MessageInput(serializers.Serializer[Any]):
@@ -91,7 +90,7 @@ class PendingActionSerializer(serializers.ModelSerializer[PendingAction]):
         ]
 
     def get_entities(self, action: PendingAction) -> dict[str, Any]:
-        return redacted(action.operation, action.entities)
+        return action.shown_entities()
 
 
 class MessageSerializer(serializers.ModelSerializer[Message]):

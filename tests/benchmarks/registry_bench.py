@@ -19,8 +19,6 @@ import types
 from pathlib import Path
 from typing import Any
 
-from assistant.catalog import get_catalog
-
 ROOT = Path(__file__).resolve().parents[2]
 POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/postgres"
 TOOLS = 500
@@ -103,6 +101,8 @@ def bench_catalog(site: Any) -> tuple[int, float, int]:
     from django.contrib.auth.models import Group, Permission, User
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
+
+    from assistant.catalog import get_catalog
 
     user = User.objects.create_user("catalog-bench", password="x")
     granted = Permission.objects.filter(
