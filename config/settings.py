@@ -97,6 +97,17 @@ DATABASES = {
         conn_health_checks=True,
     )
 }
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # The server and the db_worker write the same file: WAL lets readers read while one writes,
+    # and a writer that finds the file busy waits (IMMEDIATE: it asks for the lock up front, so
+    # two writers never deadlock mid-transaction) instead of failing "database is locked".
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {
+            "timeout": 20,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+    )
 
 REDIS_URL = os.environ.get("REDIS_URL")
 # Redis between server processes. "pubsub" (the default) delivers a burst of events with one

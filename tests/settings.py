@@ -1,6 +1,7 @@
 """Settings for the test suite: SQLite by default, PostgreSQL when DATABASE_URL points at it."""
 
 import os
+import tempfile
 from pathlib import Path
 
 import dj_database_url
@@ -67,6 +68,21 @@ if _database["ENGINE"].endswith("postgresql"):
     # Per run, so parallel runs don't drop each other's; exported for subprocesses.
     _database["TEST"] = {
         "NAME": os.environ.setdefault("ASSISTANT_TEST_DB", f"test_assistant_{os.getpid()}")
+    }
+else:
+    # A file, as a deployment has, not the in-memory default: one shared cache there refuses a
+    # write at once ("database table is locked") while another thread touches the table, where a
+    # file in WAL mode lets readers be and has a writer wait its turn (the busy timeout).
+    _database["TEST"] = {
+        "NAME": os.environ.setdefault(
+            "ASSISTANT_TEST_DB",
+            str(Path(tempfile.gettempdir()) / f"test_assistant_{os.getpid()}.sqlite3"),
+        )
+    }
+    _database["OPTIONS"] = {
+        "timeout": 20,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=OFF;",
     }
 DATABASES = {"default": _database}
 
