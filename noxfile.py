@@ -4,7 +4,8 @@
 whole suite (the app's, then the example project's, both given the session's arguments) on
 SQLite (unless DATABASE_URL is set, as for `make test`), `tests_postgres` on PostgreSQL and
 Redis (DATABASE_URL and REDIS_URL, or the local defaults) with a missing service an error,
-`package` builds the sdist and wheel and checks them with twine.
+`app` the app's suite alone (the version matrix in CI), `package` builds the sdist and wheel
+and checks them with twine.
 A session installs requirements.txt with only its Django version (and what that needs) swapped.
 """
 
@@ -54,11 +55,13 @@ def install(session: nox.Session, django: str) -> None:
     session.run("python", "-c", "import django; print('Django', django.get_version())")
 
 
+PYTEST = ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+
+
 def run_suites(session: nox.Session, env: dict[str, str] | None = None) -> None:
     """The app's suite, then the example project's, both with the session's arguments."""
-    pytest = ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-    session.run(*pytest, *session.posargs, env=env)
-    session.run(*pytest, *EXAMPLE_SUITE, *session.posargs, env=env)
+    session.run(*PYTEST, *session.posargs, env=env)
+    session.run(*PYTEST, *EXAMPLE_SUITE, *session.posargs, env=env)
 
 
 @nox.session(python=PYTHONS)
@@ -67,6 +70,14 @@ def tests(session: nox.Session, django: str) -> None:
     """The whole suite, as `make test` runs it: on SQLite unless DATABASE_URL says otherwise."""
     install(session, django)
     run_suites(session)
+
+
+@nox.session(python=PYTHONS)
+@nox.parametrize("django", list(DJANGO))
+def app(session: nox.Session, django: str) -> None:
+    """The app's suite alone (what varies with Django is the app): the version matrix's run."""
+    install(session, django)
+    session.run(*PYTEST, *session.posargs)
 
 
 @nox.session(python=PYTHONS[-1])
