@@ -207,6 +207,10 @@ class PendingAction(models.Model):
         ttl_seconds: float,
         conversation: Conversation | None = None,
         summary: str = "",
+        preview: dict[str, Any] | None = None,
+        policy: str = Policy.CONFIRM,
+        approver_permission: str = "",
+        confirm_phrase: str = "",
     ) -> PendingAction:
         now = timezone.now()
         cls.objects.owned_by(user).expire_due()  # asking again: the expired ones forget (indexed)
@@ -218,6 +222,10 @@ class PendingAction(models.Model):
             entities=entities,
             entities_digest=entities_digest(entities),
             summary=storable_text(summary),
+            preview=storable(preview) if preview is not None else None,
+            policy=policy,
+            approver_permission=approver_permission,
+            confirm_phrase=storable_text(confirm_phrase),
             created_at=now,
             expires_at=now + timedelta(seconds=ttl_seconds),
         )
