@@ -311,6 +311,7 @@ class AuditEntry(models.Model):
         INVALID = "invalid"
         UNKNOWN = "unknown"
         CONFIRMATION_REQUESTED = "confirmation_requested"
+        CLARIFY = "clarify"  # the tool's prepare hook asked which object was meant; nothing ran
         CONFIRMED = "confirmed"
         CANCELLED = "cancelled"
         EXPIRED = "expired"

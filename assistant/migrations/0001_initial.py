@@ -127,7 +127,7 @@ class Migration(migrations.Migration):
                 ('operation', models.CharField(max_length=64)),
                 ('domain', models.CharField(blank=True, max_length=64)),
                 ('risk_level', models.CharField(blank=True, choices=[('safe', 'safe'), ('guarded', 'guarded'), ('dangerous', 'dangerous')], max_length=16)),
-                ('decision', models.CharField(choices=[('executed', 'Executed'), ('failed', 'Failed'), ('denied', 'Denied'), ('invalid', 'Invalid'), ('unknown', 'Unknown'), ('confirmation_requested', 'Confirmation Requested'), ('confirmed', 'Confirmed'), ('cancelled', 'Cancelled'), ('expired', 'Expired'), ('timeout', 'Timeout'), ('unavailable', 'Unavailable'), ('not_ready', 'Not Ready'), ('over_budget', 'Over Budget')], max_length=32)),
+                ('decision', models.CharField(choices=[('executed', 'Executed'), ('failed', 'Failed'), ('denied', 'Denied'), ('invalid', 'Invalid'), ('unknown', 'Unknown'), ('confirmation_requested', 'Confirmation Requested'), ('clarify', 'Clarify'), ('confirmed', 'Confirmed'), ('cancelled', 'Cancelled'), ('expired', 'Expired'), ('timeout', 'Timeout'), ('unavailable', 'Unavailable'), ('not_ready', 'Not Ready'), ('over_budget', 'Over Budget')], max_length=32)),
                 ('entities', models.JSONField(blank=True, default=dict, encoder=django.core.serializers.json.DjangoJSONEncoder)),
                 ('duration_ms', models.FloatField(default=0)),
                 ('error', models.TextField(blank=True)),
