@@ -233,6 +233,19 @@ async def test_the_operator_is_refused_production_over_the_websocket(
     assert await sync_to_async(state)() == before
 
 
+@ws_db
+async def test_an_ambiguous_deploy_is_asked_about_before_anyone_approves_a_guess(
+    world: World, open_socket: Any
+) -> None:
+    socket = await open_socket(world.admin)
+
+    outcome = await say(socket, "deploy dashboard=sales target=prod")
+
+    assert (outcome["decision"], outcome["pending_action"]) == ("clarify", None)
+    assert outcome["text"].startswith("“sales” matches several dashboards you may view")
+    assert not await PendingAction.objects.aexists()
+
+
 @pytest.fixture
 def use_llm(settings: Any, openai_peer: Any) -> Any:
     settings.ASSISTANT = {
