@@ -734,13 +734,17 @@ def preview(operation: str, entities: Any, context: CallContext) -> Outcome:
     """What dispatch would decide, judged by the same steps but neither run nor audited.
 
     A call the steps pass comes back ``executed`` (or ``confirmation_requested``) with no result
-    and its validated entities, redacted as the audit stores them.
+    and its validated entities (as proposed: the tool's ``prepare``, which changes nothing, runs
+    for its verdict only), redacted as the audit stores them.
     """
     call = Call(operation, entities, context, tool=context.site.find(operation))
     stopped = decide(call)
+    proposed = call.values
+    if stopped is None and call.tool is not None and call.tool.prepare is not None:
+        stopped = prepare(call)
     if stopped is not None:
         return stopped
     assert call.tool is not None
     outcome = call.finish(Decision.CONFIRMATION_REQUESTED if gated(call) else Decision.EXECUTED)
-    outcome.entities = redacted_entities(call.tool, storable(call.values))
+    outcome.entities = redacted_entities(call.tool, storable(proposed))
     return outcome
