@@ -6,13 +6,14 @@ from .cancellation import CancellationToken
 from .entities import Length, Range
 from .exceptions import AssistantError
 from .lifecycle import ToolLifecycleState, Toolset, register_toolset
-from .registry import AssistantTool, ToolCall, ToolResult, assistant_tool
+from .registry import AssistantTool, Prepared, ToolCall, ToolResult, assistant_tool
 
 __all__ = [
     "AssistantError",
     "AssistantTool",
     "CancellationToken",
     "Length",
+    "Prepared",
     "Range",
     "ToolCall",
     "ToolLifecycleState",

@@ -44,7 +44,15 @@ from .lifecycle import (
 from .models import AuditEntry, Conversation, PendingAction
 from .permissions import UserAccess, access_for, cached_access, denials
 from .redaction import redact_text, redacted_entities, sensitive_values
-from .registry import AssistantTool, ToolCall, ToolRegistry, ToolResult, registry
+from .registry import (
+    PREVIEW_KINDS,
+    AssistantTool,
+    Prepared,
+    ToolCall,
+    ToolRegistry,
+    ToolResult,
+    registry,
+)
 from .storable import UNSTORABLE_CHARACTERS, plain, storable, storable_text
 
 logger = logging.getLogger("assistant.dispatch")
@@ -57,6 +65,7 @@ DECISION_STATUS = {
     Decision.CONFIRMED: 200,
     Decision.CANCELLED: 200,
     Decision.CONFIRMATION_REQUESTED: 202,
+    Decision.CLARIFY: 200,
 }
 
 
@@ -217,6 +226,7 @@ class Call:
         "context",
         "instance",
         "operation",
+        "prepared",
         "raw",
         "started",
         "tool",
@@ -245,6 +255,7 @@ class Call:
         self.access: UserAccess | None = None
         self.instance: Any = None
         self.toolset: Any = None
+        self.prepared: Prepared | None = None
 
     def tool_call(self) -> ToolCall:
         assert self.tool is not None
@@ -420,9 +431,57 @@ async def make_ready(call: Call) -> Outcome | None:
     return None
 
 
+def prepare(call: Call) -> Outcome | None:
+    """The tool's own resolution and checks, before anyone is asked (its ``prepare`` hook)."""
+    tool = call.tool
+    assert tool is not None and tool.prepare is not None
+    try:
+        if tool.prepare_is_async:
+            prepared = async_to_sync(tool.prepare)(call.tool_call(), **call.values)
+        else:
+            prepared = tool.prepare(call.tool_call(), **call.values)
+    except Exception as exc:
+        return call.failed(exc)
+    return _prepared(call, prepared)
+
+
+async def aprepare(call: Call) -> Outcome | None:
+    """``prepare`` from the event loop: an async hook awaited, a sync one in the sync thread."""
+    tool = call.tool
+    assert tool is not None and tool.prepare is not None
+    if not tool.prepare_is_async:
+        return await sync_to_async(prepare)(call)
+    try:
+        prepared = await tool.prepare(call.tool_call(), **call.values)
+    except Exception as exc:
+        return call.failed(exc)
+    return await sync_to_async(_prepared)(call, prepared)
+
+
+def _prepared(call: Call, prepared: Any) -> Outcome | None:
+    """Take what the hook made: a reply ends the call (``clarify``), a ``Prepared`` goes on."""
+    tool = call.tool
+    assert tool is not None
+    if isinstance(prepared, ToolResult | str):
+        return call.finish(Decision.CLARIFY, result=_as_result(prepared, tool.operation))
+    if not isinstance(prepared, Prepared):
+        return call.failed(
+            TypeError(f"{tool.operation}'s prepare returned {type(prepared).__name__}")
+        )
+    if prepared.preview is not None and prepared.preview.get("kind") not in PREVIEW_KINDS:
+        return call.failed(ValueError(f"{tool.operation}'s preview has an unknown kind"))
+    if prepared.entities is not None:
+        try:  # the handler gets what prepare resolved, held to the same signature
+            call.values = tool.validate(prepared.entities)
+        except InvalidEntities as exc:
+            return call.failed(TypeError(f"{tool.operation}'s prepare resolved {exc.message}"))
+    call.prepared = prepared
+    return None
+
+
 def open_action(call: Call) -> Outcome:
     """The confirmation gate: store a pending action instead of running the handler."""
-    tool = call.tool
+    tool, prepared = call.tool, call.prepared
     assert tool is not None
     stored = storable(call.values)
     call.action = PendingAction.open(
@@ -431,7 +490,11 @@ def open_action(call: Call) -> Outcome:
         entities=stored,
         ttl_seconds=assistant_settings.CONFIRMATION_TTL,
         conversation=call.context.conversation,
-        summary=_confirmation_summary(tool, redacted_entities(tool, stored)),
+        summary=prepared.summary
+        if prepared is not None and prepared.summary
+        else _confirmation_summary(tool, redacted_entities(tool, stored)),
+        preview=prepared.preview if prepared is not None else None,
+        confirm_phrase=prepared.confirm_phrase if prepared is not None else "",
     )
     return call.finish(Decision.CONFIRMATION_REQUESTED)
 
@@ -597,6 +660,8 @@ def runs_in_loop(tool: AssistantTool | None) -> bool:
 def here(call: Call) -> Outcome:
     """The whole pipeline on this thread: decide, gate, run, audit."""
     outcome = decide(call)
+    if outcome is None and call.tool is not None and call.tool.prepare is not None:
+        outcome = prepare(call)
     if outcome is None:
         outcome = open_action(call) if gated(call) else run_sync(call)
     return audited(call, outcome)
@@ -619,6 +684,8 @@ async def in_loop(call: Call) -> Outcome:
         outcome = decide(call) if decides_in_loop(call) else await sync_to_async(decide)(call)
         if outcome is None and call.tool is not None and call.tool.toolset is not None:
             outcome = await make_ready(call)
+        if outcome is None and call.tool is not None and call.tool.prepare is not None:
+            outcome = await aprepare(call)
         if outcome is None:
             outcome = (
                 await sync_to_async(open_action)(call) if gated(call) else await run_async(call)
@@ -667,13 +734,17 @@ def preview(operation: str, entities: Any, context: CallContext) -> Outcome:
     """What dispatch would decide, judged by the same steps but neither run nor audited.
 
     A call the steps pass comes back ``executed`` (or ``confirmation_requested``) with no result
-    and its validated entities, redacted as the audit stores them.
+    and its validated entities (as proposed: the tool's ``prepare``, which changes nothing, runs
+    for its verdict only), redacted as the audit stores them.
     """
     call = Call(operation, entities, context, tool=context.site.find(operation))
     stopped = decide(call)
+    proposed = call.values
+    if stopped is None and call.tool is not None and call.tool.prepare is not None:
+        stopped = prepare(call)
     if stopped is not None:
         return stopped
     assert call.tool is not None
     outcome = call.finish(Decision.CONFIRMATION_REQUESTED if gated(call) else Decision.EXECUTED)
-    outcome.entities = redacted_entities(call.tool, storable(call.values))
+    outcome.entities = redacted_entities(call.tool, storable(proposed))
     return outcome

@@ -145,6 +145,14 @@ class PendingAction(models.Model):
         CANCELLED = "cancelled"
         EXPIRED = "expired"
 
+    class Policy(models.TextChoices):
+        """Who may approve, and how: from the tool's risk class unless settings say otherwise."""
+
+        AUTO = "auto"
+        CONFIRM = "confirm"
+        CONFIRM_WITH_REASON = "confirm_with_reason"
+        TWO_PERSON = "two_person"
+
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="assistant_pending_actions"
@@ -160,6 +168,14 @@ class PendingAction(models.Model):
     entities = models.JSONField(default=dict, encoder=DjangoJSONEncoder)
     entities_digest = models.CharField(max_length=64)
     summary = models.TextField(blank=True)
+    # What will change, as the tool's prepare hook showed it: {"kind": "changes"|"rows"|"list"|"text", ...}
+    preview = models.JSONField(null=True, blank=True, encoder=DjangoJSONEncoder)
+    policy = models.CharField(max_length=24, choices=Policy.choices, default=Policy.CONFIRM)
+    # two_person: the permission ("app_label.codename") the second user must hold
+    approver_permission = models.CharField(max_length=150, blank=True)
+    # what a dangerous action's approver types to approve (the object's name); empty: hold to confirm
+    confirm_phrase = models.CharField(max_length=200, blank=True)
+    reason = models.TextField(blank=True)  # confirm_with_reason: why the approver said yes
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     expires_at = models.DateTimeField()
@@ -191,6 +207,10 @@ class PendingAction(models.Model):
         ttl_seconds: float,
         conversation: Conversation | None = None,
         summary: str = "",
+        preview: dict[str, Any] | None = None,
+        policy: str = Policy.CONFIRM,
+        approver_permission: str = "",
+        confirm_phrase: str = "",
     ) -> PendingAction:
         now = timezone.now()
         cls.objects.owned_by(user).expire_due()  # asking again: the expired ones forget (indexed)
@@ -202,6 +222,10 @@ class PendingAction(models.Model):
             entities=entities,
             entities_digest=entities_digest(entities),
             summary=storable_text(summary),
+            preview=storable(preview) if preview is not None else None,
+            policy=policy,
+            approver_permission=approver_permission,
+            confirm_phrase=storable_text(confirm_phrase),
             created_at=now,
             expires_at=now + timedelta(seconds=ttl_seconds),
         )
@@ -287,6 +311,7 @@ class AuditEntry(models.Model):
         INVALID = "invalid"
         UNKNOWN = "unknown"
         CONFIRMATION_REQUESTED = "confirmation_requested"
+        CLARIFY = "clarify"  # the tool's prepare hook asked which object was meant; nothing ran
         CONFIRMED = "confirmed"
         CANCELLED = "cancelled"
         EXPIRED = "expired"
@@ -314,6 +339,7 @@ class AuditEntry(models.Model):
     entities = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
     duration_ms = models.FloatField(default=0)
     error = models.TextField(blank=True)
+    reason = models.TextField(blank=True)  # the approver's reason, where the policy asks for one
     source = models.CharField(max_length=16, blank=True)
     request_ip = models.GenericIPAddressField(null=True, blank=True)
     conversation = models.ForeignKey(

@@ -43,6 +43,26 @@ class ToolResult:
     data: Any = None
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Prepared:
+    """What a tool's ``prepare`` hook made of a call before anyone is asked to approve it.
+
+    ``entities`` are the resolved arguments the handler receives instead (validated again);
+    ``preview`` shows what will change: ``{"kind": "changes", "rows": [{"field", "before",
+    "after"}]}``, ``{"kind": "rows", "columns": [...], "rows": [[...]]}``, ``{"kind": "list",
+    "items": [...]}`` or ``{"kind": "text", "text": ...}``; ``confirm_phrase`` is what the
+    approver of a dangerous action types to approve it (the object's name).
+    """
+
+    summary: str
+    entities: Mapping[str, Any] | None = None
+    preview: dict[str, Any] | None = None
+    confirm_phrase: str = ""
+
+
+PREVIEW_KINDS = frozenset({"changes", "rows", "list", "text"})
+
+
 @dataclass(kw_only=True, slots=True)
 class ToolCall:
     """Everything a handler may need about the call it is serving (treat it as read-only)."""
@@ -90,6 +110,9 @@ class AssistantTool:
     module: str
     toolset: Any = None  # the Toolset class whose instance serves this tool
     method: bool = False  # declared on a Toolset method, registered with its class
+    # resolves and checks a call before the gate: (call, **entities) -> Prepared | ToolResult
+    prepare: Callable[..., Any] | None = None
+    prepare_is_async: bool = False
 
     @classmethod
     def declare(
@@ -109,6 +132,7 @@ class AssistantTool:
         object_check: tuple[str, str] | None = None,
         timeout: float | None = None,
         permission_mode: PermissionMode = "all",
+        prepare: Callable[..., Any] | None = None,
         method: bool = False,
     ) -> AssistantTool:
         """Build a tool from a declaration, raising ``ToolDefinitionError`` for anything unsafe."""
@@ -179,6 +203,8 @@ class AssistantTool:
         words = tuple(dict.fromkeys(word.strip().lower() for word in keywords))
         if any(not word for word in words):
             raise fail("keywords must be non-empty strings")
+        if prepare is not None and not callable(prepare):
+            raise fail("prepare must be a callable taking the call and the entities")
 
         return cls(
             operation=operation,
@@ -200,6 +226,8 @@ class AssistantTool:
             is_async=inspect.iscoroutinefunction(handler),
             module=getattr(handler, "__module__", "") or "",
             method=method,
+            prepare=prepare,
+            prepare_is_async=inspect.iscoroutinefunction(prepare),
         )
 
     @property
@@ -374,6 +402,7 @@ def assistant_tool(
     object_check: tuple[str, str] | None = None,
     timeout: float | None = None,
     permission_mode: PermissionMode = "all",
+    prepare: Callable[..., Any] | None = None,
     site: ToolRegistry | None = None,
 ) -> Callable[[F], F]:
     """Declare a handler as an assistant tool; registers it and returns the function unchanged."""
@@ -396,6 +425,7 @@ def assistant_tool(
             object_check=object_check,
             timeout=timeout,
             permission_mode=permission_mode,
+            prepare=prepare,
         )
         if not method:  # a Toolset method is registered with its class (@register_toolset)
             (site if site is not None else registry).register(tool)

@@ -8,8 +8,16 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db.models import Q
 
-from assistant import Length, Range, ToolCall, ToolResult, assistant_tool, register_toolset
-from assistant.exceptions import PermissionDenied
+from assistant import (
+    Length,
+    Prepared,
+    Range,
+    ToolCall,
+    ToolResult,
+    assistant_tool,
+    register_toolset,
+)
+from assistant.exceptions import InvalidEntities, PermissionDenied
 from assistant.toolsets.sql import SQLInspector
 
 from .jobs import build_user_report
@@ -74,6 +82,33 @@ def _refuse_taking_over_a_superuser(call: ToolCall, account: Any, what: str) -> 
         raise PermissionDenied(f"Only a superuser may {what} a superuser.")
 
 
+def _may_deactivate(call: ToolCall) -> None:
+    account = call.instance
+    if account.pk == call.user.pk:
+        raise InvalidEntities({"user_id": "you cannot deactivate your own account"})
+    _refuse_taking_over_a_superuser(call, account, "deactivate")
+
+
+def _prepare_deactivation(call: ToolCall, user_id: int, reason: str = "") -> Prepared:
+    """Refused before asking when it would be refused anyway; else who, and what changes."""
+    _may_deactivate(call)
+    account = call.instance
+    name = account.get_username()
+    return Prepared(
+        summary=f"Deactivate {name}: they will no longer be able to sign in"
+        + (f" (reason: {reason})" if reason else ""),
+        preview={"kind": "changes", "rows": [{"field": "active", "before": True, "after": False}]}
+        if account.is_active
+        else {"kind": "text", "text": f"{name} is already inactive."},
+        confirm_phrase=name,
+    )
+
+
+def _prepare_password(call: ToolCall, user_id: int, new_password: str) -> Prepared:
+    _refuse_taking_over_a_superuser(call, call.instance, "set the password of")
+    return Prepared(summary=f"Set a new password for {call.instance.get_username()}")
+
+
 @assistant_tool(
     operation="deactivate_user",
     domain="users",
@@ -83,6 +118,7 @@ def _refuse_taking_over_a_superuser(call: ToolCall, account: Any, what: str) -> 
     permission_checks=[("users", "UPDATE")],
     object_check=("user_id", "auth.User"),
     keywords=["deactivate user", "disable user"],
+    prepare=_prepare_deactivation,
 )
 def deactivate_user(
     call: ToolCall,
@@ -90,9 +126,7 @@ def deactivate_user(
     reason: Annotated[str, "why, for the record", Length(max=500)] = "",
 ) -> ToolResult:
     account = call.instance
-    if account.pk == call.user.pk:
-        return ToolResult(text="You cannot deactivate your own account.")
-    _refuse_taking_over_a_superuser(call, account, "deactivate")
+    _may_deactivate(call)
     account.is_active = False
     account.save(update_fields=["is_active"])
     return ToolResult(
@@ -111,6 +145,7 @@ def deactivate_user(
     object_check=("user_id", "auth.User"),
     sensitive_entities=["new_password"],
     keywords=["set password", "reset password"],
+    prepare=_prepare_password,
 )
 def set_password(
     call: ToolCall,

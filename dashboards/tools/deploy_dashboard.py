@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from assistant import ToolCall, ToolResult, assistant_tool
+from assistant import Prepared, ToolCall, ToolResult, assistant_tool
 from assistant.exceptions import InvalidEntities
 
 from ..jobs import deploy_dashboard as deploy_job
+from ..jobs import remapped_database
+from ..models import Dashboard, Environment
 from ..references import (
     AmbiguousReference,
     DashboardReference,
@@ -16,6 +18,60 @@ from ..references import (
     resolve_dashboard,
     resolve_environment,
 )
+
+
+def resolved(
+    call: ToolCall, dashboard: str, target: str, source: str | None
+) -> tuple[Dashboard, Environment]:
+    """The dashboard and the target environment, checked as the deployment needs them."""
+    to = resolve_environment(target, "target")
+    origin = resolve_environment(source, "source") if source else None
+    require(call.user, "change", to)
+    found = resolve_dashboard(call.user, dashboard, environment=origin)
+    if found.environment_id == to.pk:
+        raise InvalidEntities({"target": f"#{found.pk} {found.title} is already in {to.name}"})
+    return found, to
+
+
+def prepare(
+    call: ToolCall, dashboard: str, target: str, source: str | None = None
+) -> Prepared | ToolResult:
+    """Before anyone is asked: which dashboard, may it go there, and what it replaces."""
+    try:
+        found, to = resolved(call, dashboard, target, source)
+    except AmbiguousReference as ambiguous:
+        return ambiguous.reply()
+    existing = Dashboard.objects.filter(environment=to, slug=found.slug).first()
+    was = f"replacing v{existing.version}" if existing is not None else "new there"
+    database = remapped_database(found, to)
+    return Prepared(
+        summary=(
+            f"Deploy {found.title} v{found.version} from {found.environment.name} to "
+            f"{to.name}, {was}"
+        ),
+        entities={"dashboard": str(found.pk), "target": to.slug, "source": found.environment.slug},
+        preview={
+            "kind": "changes",
+            "rows": [
+                {
+                    "field": "version",
+                    "before": existing.version if existing is not None else None,
+                    "after": found.version,
+                },
+                {
+                    "field": "database",
+                    "before": existing.database if existing is not None else None,
+                    "after": database,
+                },
+                {
+                    "field": "charts",
+                    "before": len(existing.charts) if existing is not None else None,
+                    "after": len(found.charts),
+                },
+            ],
+        },
+        confirm_phrase=found.title,
+    )
 
 
 @assistant_tool(
@@ -29,6 +85,7 @@ from ..references import (
     requires_confirmation=True,
     permission_checks=[("dashboards", "DEPLOY")],
     keywords=["deploy dashboard", "deploy", "promote dashboard", "promote"],
+    prepare=prepare,
 )
 def deploy_dashboard(
     call: ToolCall,
@@ -40,15 +97,8 @@ def deploy_dashboard(
         EnvironmentName | None, "the environment the dashboard is in, if the name is ambiguous"
     ] = None,
 ) -> ToolResult:
-    to = resolve_environment(target, "target")
-    origin = resolve_environment(source, "source") if source else None
-    require(call.user, "change", to)
-    try:
-        found = resolve_dashboard(call.user, dashboard, environment=origin)
-    except AmbiguousReference as ambiguous:
-        return ambiguous.reply()
-    if found.environment_id == to.pk:
-        raise InvalidEntities({"target": f"#{found.pk} {found.title} is already in {to.name}"})
+    # prepare resolved the references (an id, slugs); checked again, as things may have moved
+    found, to = resolved(call, dashboard, target, source)
     job = call.jobs.enqueue(deploy_job, found.pk, to.pk)
     return ToolResult(
         text=(

@@ -71,8 +71,7 @@ def test_an_admins_session_on_the_dashboards(
     send(page, "deploy dashboard=sales-overview source=staging target=prod")
     approval = page.locator(".approval")
     expect(approval).to_contain_text(
-        "deploy_dashboard(dashboard='sales-overview', target='prod', source='staging') is "
-        "dangerous and needs your confirmation."
+        "Deploy Sales overview v2 from Staging to Production, replacing v1"
     )
     expect(tool_card(page, "deploy_dashboard").locator(".badge")).to_have_text(
         "confirmation requested"

@@ -38,10 +38,23 @@ def test_deploy_waits_for_approval_then_copies_the_dashboard_with_progress(
     asked = dispatch(world.admin, "deploy_dashboard", dashboard=str(source.pk), target="prod")
 
     assert asked.status_code == 202
-    assert asked.json()["pending_action"]["summary"] == (
-        f"deploy_dashboard(dashboard='{source.pk}', target='prod') is dangerous and needs your "
-        "confirmation."
-    )
+    action = asked.json()["pending_action"]
+    assert action["summary"] == "Deploy Sales overview v2 from Staging to Production, replacing v1"
+    assert PendingAction.objects.get().preview == {
+        "kind": "changes",
+        "rows": [
+            {"field": "version", "before": 1, "after": 2},
+            {"field": "database", "before": "prod_warehouse", "after": "prod_warehouse"},
+            {"field": "charts", "before": len(target.charts), "after": len(source.charts)},
+        ],
+    }
+    assert PendingAction.objects.get().confirm_phrase == "Sales overview"
+    # bound to what prepare resolved: the dashboard's id, both environments' slugs
+    assert action["entities"] == {
+        "dashboard": str(source.pk),
+        "target": "prod",
+        "source": "staging",
+    }
     assert state() == before
 
     with run_jobs():
@@ -91,40 +104,20 @@ def test_the_operator_deploys_by_slug_from_a_named_environment(
     assert world.dashboard("support-tickets", "dev").environment.slug == "dev"
 
 
-def test_the_operator_may_not_deploy_to_production(world: World) -> None:
+def test_the_operator_is_refused_a_production_deploy_before_anyone_is_asked(world: World) -> None:
     before = state()
 
-    response = confirm(
-        world.operator,
-        dispatch(
-            world.operator,
-            "deploy_dashboard",
-            dashboard="web-traffic",
-            source="staging",
-            target="prod",
-        ),
+    response = dispatch(
+        world.operator, "deploy_dashboard", dashboard="web-traffic", source="staging", target="prod"
     )
 
     assert response.status_code == 403
     assert response.json()["code"] == "permission_denied"
     assert response.json()["detail"] == "You may not change the Production environment."
-    assert decisions("deploy_dashboard") == ["confirmation_requested", "denied"]
-    assert state() == before
-
-
-def test_a_refused_deployment_says_why_not_that_it_needs_confirmation(world: World) -> None:
-    response = confirm(
-        world.operator,
-        dispatch(
-            world.operator,
-            "deploy_dashboard",
-            dashboard="web-traffic",
-            source="staging",
-            target="prod",
-        ),
-    )
-
     assert response.json()["text"] == "You may not change the Production environment."
+    assert decisions("deploy_dashboard") == ["denied"]
+    assert not PendingAction.objects.exists()
+    assert state() == before
 
 
 @pytest.mark.parametrize("who", ["viewer", "outsider"])
@@ -139,16 +132,15 @@ def test_deploy_is_refused_to_users_without_the_permission(world: World, who: st
     assert state() == before
 
 
-def test_an_ambiguous_dashboard_is_asked_about_not_guessed(world: World) -> None:
+def test_an_ambiguous_dashboard_is_asked_about_before_approval_is(world: World) -> None:
     before = state()
 
-    response = confirm(
-        world.admin, dispatch(world.admin, "deploy_dashboard", dashboard="sales", target="prod")
-    )
+    response = dispatch(world.admin, "deploy_dashboard", dashboard="sales", target="prod")
 
+    assert response.status_code == 200
     body = response.json()
-    assert body["decision"] == "confirmed"
-    assert body["task_id"] is None
+    assert body["decision"] == "clarify"
+    assert (body["task_id"], body["pending_action"]) == (None, None)
     lines = body["text"].splitlines()
     assert lines[0] == "“sales” matches several dashboards you may view — which one?"
     assert len(lines) == 1 + 6 + 1
@@ -158,6 +150,8 @@ def test_an_ambiguous_dashboard_is_asked_about_not_guessed(world: World) -> None
         for slug in ("sales-overview", "sales-pipeline")
         for env in ("dev", "staging", "prod")
     }
+    assert decisions("deploy_dashboard") == ["clarify"]
+    assert not PendingAction.objects.exists()
     assert state() == before
 
 
@@ -168,9 +162,7 @@ def test_the_candidates_are_only_dashboards_the_user_may_view(world: World, make
     assign_perm("dashboards.change_environment", deployer, world.env("prod"))
     deployer = world.fresh(deployer)
 
-    response = confirm(
-        deployer, dispatch(deployer, "deploy_dashboard", dashboard="sales", target="prod")
-    )
+    response = dispatch(deployer, "deploy_dashboard", dashboard="sales", target="prod")
 
     assert [c["environment"] for c in response.json()["data"]["candidates"]] == ["dev", "staging"]
 
@@ -193,7 +185,7 @@ def test_the_candidates_are_only_dashboards_the_user_may_view(world: World, make
     ],
     ids=["unknown-dashboard", "unknown-target", "already-there"],
 )
-def test_deploy_with_bad_entities_changes_nothing(
+def test_deploy_with_bad_entities_is_refused_before_asking(
     world: World, entities: dict[str, Any], errors: dict[str, str]
 ) -> None:
     before = state()
@@ -202,11 +194,12 @@ def test_deploy_with_bad_entities_changes_nothing(
         for name, message in errors.items()
     }
 
-    response = confirm(world.admin, dispatch(world.admin, "deploy_dashboard", **entities))
+    response = dispatch(world.admin, "deploy_dashboard", **entities)
 
     assert response.status_code == 400
     assert response.json()["errors"] == errors
-    assert decisions("deploy_dashboard") == ["confirmation_requested", "invalid"]
+    assert decisions("deploy_dashboard") == ["invalid"]
+    assert not PendingAction.objects.exists()
     assert state() == before
 
 
@@ -325,14 +318,14 @@ def test_the_operator_may_not_migrate_into_or_out_of_production(
 ) -> None:
     before = state()
 
-    response = confirm(
-        world.operator,
-        dispatch(world.operator, "execute_migration", source=source, target=target, dry_run=True),
+    response = dispatch(
+        world.operator, "execute_migration", source=source, target=target, dry_run=True
     )
 
     assert response.status_code == 403
     assert response.json()["detail"] == "You may not change the Production environment."
-    assert decisions("execute_migration") == ["confirmation_requested", "denied"]
+    assert decisions("execute_migration") == ["denied"]
+    assert not PendingAction.objects.exists()
     assert state() == before
 
 
@@ -360,15 +353,17 @@ def test_migration_is_refused_to_users_without_the_permission(world: World, who:
     ],
     ids=["same-environment", "unknown-dashboard", "unknown-source"],
 )
-def test_migration_with_bad_entities_changes_nothing(
+def test_migration_with_bad_entities_is_refused_before_asking(
     world: World, entities: dict[str, Any], errors: dict[str, str]
 ) -> None:
     before = state()
 
-    response = confirm(world.operator, dispatch(world.operator, "execute_migration", **entities))
+    response = dispatch(world.operator, "execute_migration", **entities)
 
     assert response.status_code == 400
     assert response.json()["errors"] == errors
+    assert decisions("execute_migration") == ["invalid"]
+    assert not PendingAction.objects.exists()
     assert state() == before
 
 

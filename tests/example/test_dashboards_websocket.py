@@ -203,25 +203,24 @@ async def test_a_rejected_deployment_over_the_websocket_changes_nothing(
     assert await sync_to_async(state)() == before
 
 
-# The operator is refused by the tool itself (audited "denied"): production is the admin's.
+# The operator is refused by the tool itself (audited "denied"), before anyone is asked:
+# production is the admin's.
 WEBSOCKET_OPERATOR_REFUSED = [
-    ("deploy dashboard=web-traffic source=staging target=prod", True),
-    ("migrate source=staging target=prod", True),
-    ('back up "prod"', False),
+    "deploy dashboard=web-traffic source=staging target=prod",
+    "migrate source=staging target=prod",
+    'back up "prod"',
 ]
 
 
 @ws_db
-@pytest.mark.parametrize(("message", "needs_approval"), WEBSOCKET_OPERATOR_REFUSED)
+@pytest.mark.parametrize("message", WEBSOCKET_OPERATOR_REFUSED)
 async def test_the_operator_is_refused_production_over_the_websocket(
-    world: World, open_socket: Any, message: str, needs_approval: bool
+    world: World, open_socket: Any, message: str
 ) -> None:
     before = await sync_to_async(state)()
     socket = await open_socket(world.operator)
 
     outcome = await say(socket, message)
-    if needs_approval:
-        outcome = await approve(socket, outcome)
 
     assert (outcome["decision"], outcome["code"]) == ("denied", "permission_denied")
     entry = await AuditEntry.objects.filter(decision="denied").alast()
@@ -230,7 +229,21 @@ async def test_the_operator_is_refused_production_over_the_websocket(
         "websocket",
         "operator",
     )
+    assert not await PendingAction.objects.aexists()
     assert await sync_to_async(state)() == before
+
+
+@ws_db
+async def test_an_ambiguous_deploy_is_asked_about_before_anyone_approves_a_guess(
+    world: World, open_socket: Any
+) -> None:
+    socket = await open_socket(world.admin)
+
+    outcome = await say(socket, "deploy dashboard=sales target=prod")
+
+    assert (outcome["decision"], outcome["pending_action"]) == ("clarify", None)
+    assert outcome["text"].startswith("“sales” matches several dashboards you may view")
+    assert not await PendingAction.objects.aexists()
 
 
 @pytest.fixture

@@ -107,6 +107,15 @@ def test_judged_decisions_are_what_dispatch_would_decide(world: World):
     assert result.outcome == "pass"  # nothing expected, nothing forbidden
 
 
+def test_the_judge_hears_what_the_tools_prepare_would_refuse(world: World):
+    (result,) = run_cases(
+        load_cases([{"user": "operator", "message": "deploy 12 source=staging target=prod"}]),
+        planner="keywords",
+    )
+
+    assert [(c.operation, c.decision) for c in result.proposed] == [("deploy_dashboard", "denied")]
+
+
 def test_unknown_users_and_roles_fail_their_case_only(world: World, tmp_path: Path):
     path = write(
         tmp_path,
