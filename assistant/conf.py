@@ -86,7 +86,7 @@ def _any_str_or_none(value: Any) -> bool:
     return value is None or isinstance(value, str)
 
 
-def _is_policies(value: Any) -> bool:
+def policies_are_valid(value: Any) -> bool:
     """Names (operations, risk levels) -> a policy name, or {"policy": ..., "permission": ...}."""
     if not isinstance(value, dict):
         return False
@@ -138,7 +138,7 @@ SETTINGS: dict[str, Setting] = {
     ),
     "APPROVAL_POLICIES": Setting(
         default={},
-        accepts=_is_policies,
+        accepts=policies_are_valid,
         expected="a dict of operation or risk level -> a policy name, or "
         "{'policy': name, 'permission': 'app_label.codename'}",
         example="{'safe': 'auto', 'guarded': 'confirm', 'deploy_dashboard': "
