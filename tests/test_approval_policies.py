@@ -11,6 +11,7 @@ from django.core.management import call_command
 from django.test import override_settings
 
 from assistant.approvals import Approval, policy_for
+from assistant.catalog import inventory_row
 from assistant.checks import check_settings, policy_errors
 from assistant.confirmation import confirm_action
 from assistant.dispatch import adispatch, dispatch
@@ -96,6 +97,24 @@ def test_a_dangerous_tool_is_never_run_unasked(settings):
     policies(settings, dangerous="auto", cancel_order="auto")
 
     assert policy_for(registry.get("cancel_order")).policy == "confirm"
+
+
+def test_the_inventory_shows_the_policy_in_force(settings):
+    policies(settings, approve_order=TWO_PERSON, guarded="auto")
+
+    assert inventory_row(registry.get("approve_order"))["approval_policy"] == "two_person"
+    assert inventory_row(registry.get("merge_orders"))["approval_policy"] == "auto"
+    assert inventory_row(registry.get("cancel_order"))["approval_policy"] == "confirm"
+
+
+@pytest.mark.django_db
+def test_the_capabilities_say_which_tools_ask(settings, clerk):
+    policies(settings, approve_order="auto", list_orders="confirm")
+
+    text = dispatch("show_capabilities", {}, user=clerk).text
+
+    assert "approve_order: Approve an order\n" in text + "\n"
+    assert "list_orders: List orders, optionally by status (asks for confirmation)" in text
 
 
 @pytest.mark.django_db
