@@ -31,26 +31,23 @@ class DispatchInput(serializers.Serializer[Any]):
     conversation = serializers.UUIDField(required=False, allow_null=True)
 
 
-class ConfirmInput(serializers.Serializer[Any]):
+class CancelInput(serializers.Serializer[Any]):
     reason = serializers.CharField(
         required=False,
         default="",
         allow_blank=True,
         max_length=2000,
-        help_text="why you approve (required by the confirm_with_reason policy)",
+        help_text="why you decide so (confirming under confirm_with_reason needs one)",
     )
+
+
+class ConfirmInput(CancelInput):
     phrase = serializers.CharField(
         required=False,
         default="",
         allow_blank=True,
         max_length=200,
         help_text="the action's confirm phrase, typed (required when it has one)",
-    )
-
-
-class CancelInput(serializers.Serializer[Any]):
-    reason = serializers.CharField(
-        required=False, default="", allow_blank=True, max_length=2000, help_text="why you refuse"
     )
 
 
