@@ -13,8 +13,9 @@ from django.test import override_settings
 from assistant.approvals import Approval, policy_for
 from assistant.catalog import inventory_row
 from assistant.checks import check_settings, policy_errors
-from assistant.confirmation import confirm_action
+from assistant.confirmation import aconfirm_action, confirm_action
 from assistant.dispatch import adispatch, dispatch
+from assistant.exceptions import SecondPersonRequired
 from assistant.models import AuditEntry, Conversation, Message, PendingAction
 from assistant.registry import registry
 from tests.clients import API, client_for
@@ -420,6 +421,22 @@ def test_two_person_a_second_approval_is_already_decided(settings, clerk, lead, 
 
     assert (response.status_code, response.json()["code"]) == (409, "already_decided")
     assert approvals(order) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_an_async_tool_confirmed_from_the_loop_keeps_the_reason(settings, clerk, lead):
+    policies(settings, apong={"policy": "two_person", "permission": "testapp.approve_order"})
+    action = (await adispatch("apong", {"times": 2}, user=clerk)).pending_action
+
+    with pytest.raises(SecondPersonRequired):
+        await aconfirm_action(action.pk, user=clerk, reason="mine")
+    outcome = await aconfirm_action(action.pk, user=lead, reason="fine")
+
+    assert (outcome.decision, outcome.text) == ("confirmed", "pong pong")
+    assert await sync_to_async(audit)("apong") == [
+        ("confirmation_requested", "clerk", ""),
+        ("confirmed", "clerk", "approved by lead: fine"),
+    ]
 
 
 # -- the command line ----------------------------------------------------------------------------
