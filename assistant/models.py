@@ -132,6 +132,20 @@ class PendingActionQuerySet(models.QuerySet["PendingAction"]):
     def owned_by(self, user: Any) -> PendingActionQuerySet:
         return self.filter(user_id=user.pk)
 
+    def awaiting_approval_by(self, user: Any) -> PendingActionQuerySet:
+        """Other people's waiting ``two_person`` actions whose approver permission ``user`` holds."""
+        others = (
+            self.waiting().filter(policy=PendingAction.Policy.TWO_PERSON).exclude(user_id=user.pk)
+        )
+        held = [
+            permission
+            for permission in others.order_by()
+            .values_list("approver_permission", flat=True)
+            .distinct()
+            if permission and user.has_perm(permission)
+        ]
+        return others.filter(approver_permission__in=held)
+
     def expire_due(self) -> int:
         """Close the actions whose time ran out unanswered, keeping only redacted entities."""
         now = timezone.now()

@@ -439,6 +439,29 @@ async def test_an_async_tool_confirmed_from_the_loop_keeps_the_reason(settings, 
     ]
 
 
+@pytest.mark.django_db
+def test_an_approver_can_list_what_awaits_their_approval(settings, clerk, lead, make_user, order):
+    policies(settings, approve_order=TWO_PERSON)
+    action = ask(clerk, order)
+    policies(settings)
+    ask(clerk, order)  # a plain confirm: only clerk's to answer
+    stranger = make_user("stranger", "testapp.view_order")
+
+    def listed(user: Any, query: str = "?awaiting=approval") -> list[str]:
+        response = client_for(user).get(f"{API}/actions/{query}")
+        assert response.status_code == 200
+        return [row["id"] for row in response.json()["results"]]
+
+    assert listed(lead) == [str(action.pk)]
+    assert listed(stranger) == listed(clerk) == []
+    assert len(listed(clerk, "")) == 2
+    assert listed(lead, "") == []
+    response = client_for(lead).get(f"{API}/actions/?awaiting=everything")
+    assert (response.status_code, response.json()["code"]) == (400, "invalid")
+    confirm_action(action.pk, user=lead)
+    assert listed(lead) == []
+
+
 # -- the command line ----------------------------------------------------------------------------
 
 

@@ -325,11 +325,26 @@ class ActionListView(AssistantAPIView):
     pagination_class = PagePagination
 
     @extend_schema(
-        summary="Your pending actions",
-        parameters=[OpenApiParameter("status", str, enum=list(PendingAction.Status.values))],
+        summary="Your pending actions (or, ?awaiting=approval, others' you may approve)",
+        parameters=[
+            OpenApiParameter("status", str, enum=list(PendingAction.Status.values)),
+            OpenApiParameter(
+                "awaiting",
+                str,
+                enum=["approval"],
+                description="other people's waiting two_person actions you may approve",
+            ),
+        ],
         responses=PendingActionSerializer(many=True),
     )
     def get(self, request: Request) -> Response:
+        awaiting = request.query_params.get("awaiting")
+        if awaiting is not None:
+            if awaiting != "approval":
+                raise exceptions.ValidationError({"awaiting": "only 'approval'"})
+            return self.paginated(
+                PendingAction.objects.awaiting_approval_by(request.user), PendingActionSerializer
+            )
         actions = PendingAction.objects.owned_by(request.user)
         wanted = request.query_params.get("status")
         if wanted == PendingAction.Status.PENDING:
