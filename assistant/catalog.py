@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from .approvals import policy_for
 from .dispatch import failed_toolsets
 from .lifecycle import ToolSession, process_session
 from .permissions import access_for, denials, required_permissions
@@ -50,6 +51,7 @@ def inventory_row(tool: AssistantTool) -> dict[str, Any]:
         "domain": tool.domain,
         "risk_level": tool.risk_level.value,
         "requires_confirmation": tool.requires_confirmation,
+        "approval_policy": policy_for(tool).policy,  # as configured now (APPROVAL_POLICIES)
         "public": tool.public,
         "permissions": list(required_permissions(tool)),
         "permission_mode": tool.permission_mode,

@@ -18,10 +18,9 @@ from django.db import DatabaseError, IntegrityError, transaction
 from . import events
 from .cancellation import CancellationToken
 from .conf import assistant_settings
-from .confirmation import acancel_action, aconfirm_action
+from .confirmation import acancel_action, aconfirm_action, answerable
 from .dispatch import Outcome
 from .exceptions import (
-    ActionNotFound,
     AssistantError,
     ConversationNotFound,
     InvalidIdempotencyKey,
@@ -298,10 +297,13 @@ class NewMessage:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ActionAnswer:
-    """The user's answer to one of their pending actions: confirm it or reject it."""
+    """An answer to a pending action the user may decide: confirm it (with what its policy
+    asks for: a reason, the typed phrase) or reject it."""
 
     action: Any
     confirm: bool
+    reason: str = ""
+    phrase: str = ""
 
 
 class Launch:
@@ -376,7 +378,11 @@ async def _in_lane(
             await launched._go.wait()
             if isinstance(request, ActionAnswer):
                 answer = functools.partial(
-                    answer_action, action_id=request.action, confirm=request.confirm
+                    answer_action,
+                    action_id=request.action,
+                    confirm=request.confirm,
+                    reason=request.reason,
+                    phrase=request.phrase,
                 )
                 return await run_started_turn(turn, answer)
             return await run_started_turn(turn)
@@ -396,7 +402,13 @@ def _begin(
 ) -> Turn:
     if isinstance(request, ActionAnswer):
         return decision_turn(
-            user, request.action, confirm=request.confirm, source=source, session=session
+            user,
+            request.action,
+            confirm=request.confirm,
+            reason=request.reason,
+            phrase=request.phrase,
+            source=source,
+            session=session,
         )
     conversation, message = start_turn(user, request.text, request.conversation)
     return Turn(
@@ -426,19 +438,19 @@ def _refusal(exc: Exception, request: NewMessage | ActionAnswer) -> AssistantErr
 
 
 def decision_turn(
-    user: Any, action_id: Any, *, confirm: bool, source: str, session: ToolSession | None = None
+    user: Any,
+    action_id: Any,
+    *,
+    confirm: bool,
+    reason: str = "",
+    phrase: str = "",
+    source: str,
+    session: ToolSession | None = None,
 ) -> Turn:
-    """A run for answering one of the user's pending actions, on its conversation (or a new one)."""
-    try:
-        pk = uuid.UUID(str(action_id))
-    except ValueError:
-        raise ActionNotFound() from None
-    action = (
-        PendingAction.objects.owned_by(user).select_related("conversation").filter(pk=pk).first()
-    )
-    if action is None:
-        raise ActionNotFound()
-    conversation = action.conversation
+    """A run for answering a pending action, on its conversation (or a new one of the user's:
+    a second person's answer never runs in the requester's conversation)."""
+    action = answerable(action_id, user, confirm=confirm, reason=reason, phrase=phrase)
+    conversation = action.conversation if action.user_id == user.pk else None
     if conversation is None:
         title = f"{'Confirm' if confirm else 'Reject'} {action.operation}"
         conversation = Conversation.objects.create(user=user, title=title)
@@ -447,13 +459,17 @@ def decision_turn(
     )
 
 
-async def answer_action(turn: Turn, action_id: Any, *, confirm: bool) -> None:
+async def answer_action(
+    turn: Turn, action_id: Any, *, confirm: bool, reason: str = "", phrase: str = ""
+) -> None:
     """The work of a confirm or reject run: decide through dispatch and stream the outcome."""
     tool_call_id = f"call_{uuid.uuid4().hex[:16]}"
     if confirm:
-        outcome = await aconfirm_action(action_id, context=turn.call_context())
+        outcome = await aconfirm_action(
+            action_id, reason=reason, phrase=phrase, context=turn.call_context()
+        )
     else:
-        outcome = await acancel_action(action_id, context=turn.call_context())
+        outcome = await acancel_action(action_id, reason=reason, context=turn.call_context())
     await turn.announce_call(tool_call_id, outcome.operation, json.dumps(outcome.entities))
     await turn.record(outcome, tool_call_id)
     await turn.say(outcome.text)

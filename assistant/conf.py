@@ -86,6 +86,23 @@ def _any_str_or_none(value: Any) -> bool:
     return value is None or isinstance(value, str)
 
 
+def policies_are_valid(value: Any) -> bool:
+    """Names (operations, risk levels) -> a policy name, or {"policy": ..., "permission": ...}."""
+    if not isinstance(value, dict):
+        return False
+    for key, entry in value.items():
+        if not isinstance(key, str):
+            return False
+        if isinstance(entry, dict):
+            if not isinstance(entry.get("policy"), str) or set(entry) - {"policy", "permission"}:
+                return False
+            if not isinstance(entry.get("permission", ""), str):
+                return False
+        elif not isinstance(entry, str):
+            return False
+    return True
+
+
 def _is_budgets(value: Any, *, groups: bool) -> bool:
     if not isinstance(value, dict):
         return False
@@ -118,6 +135,17 @@ SETTINGS: dict[str, Setting] = {
         example="600",
         doc="seconds a pending action waits for confirmation",
         kind=float,
+    ),
+    "APPROVAL_POLICIES": Setting(
+        default={},
+        accepts=policies_are_valid,
+        expected="a dict of operation or risk level -> a policy name, or "
+        "{'policy': name, 'permission': 'app_label.codename'}",
+        example="{'safe': 'auto', 'guarded': 'confirm', 'deploy_dashboard': "
+        "{'policy': 'two_person', 'permission': 'dashboards.approve_deploy'}}",
+        doc="who approves what: auto, confirm, confirm_with_reason or two_person, per "
+        "operation or risk level (an operation's entry wins); unset: requires_confirmation "
+        "tools are asked (confirm), the others run (auto)",
     ),
     "PLANNER": Setting(
         default="keywords",

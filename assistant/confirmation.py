@@ -2,12 +2,13 @@
 
 The second entrance of the one door: a confirmed action takes dispatch's own steps (its
 decision steps with two of its own, readiness, the run and the audit); its gate is the claim.
+Who may answer, and what a confirmation must carry, is the action's policy
+(``PendingAction.check_answer``); the handler always runs as the action's requester.
 """
 
 from __future__ import annotations
 
-import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 from asgiref.sync import async_to_sync, sync_to_async
 
@@ -33,7 +34,7 @@ from .dispatch import (
     validate,
     write_audit,
 )
-from .exceptions import ActionExpired, ActionNotFound, InvalidEntities
+from .exceptions import ActionExpired, InvalidEntities
 from .models import PendingAction
 from .permissions import reread_access
 from .registry import ToolResult
@@ -67,13 +68,42 @@ CONFIRMATION: tuple[Step, ...] = (
 )
 
 
-def claim(call: Call) -> Outcome | None:
+class Answer(NamedTuple):
+    """Who answers a pending action, and what they typed (a reason, the confirm phrase)."""
+
+    user: Any
+    reason: str = ""
+    phrase: str = ""
+
+    def audit_reason(self, action: PendingAction, verb: str) -> str:
+        """The audit entry's reason: as given, naming the approver when not the requester."""
+        if self.user.pk == action.user_id:
+            return action.reason
+        who = f"{verb} by {self.user.get_username()}"
+        return f"{who}: {action.reason}" if action.reason else who
+
+
+def answerable(
+    action_id: Any, user: Any, *, confirm: bool, reason: str = "", phrase: str = ""
+) -> PendingAction:
+    """The action this user may answer so; else ``ActionNotFound`` or the policy's refusal."""
+    action = PendingAction.for_decider(action_id, user)
+    action.check_answer(user, confirm=confirm, reason=reason, phrase=phrase)
+    return action
+
+
+def claim(call: Call, answer: Answer) -> Outcome | None:
     """The gate of a pending action: claim it exactly once (an expired one stops the call)."""
     assert call.action is not None
     action = call.action
     try:
         call.action = PendingAction.decide(
-            action.pk, call.context.user, PendingAction.Status.CONFIRMED, site=call.context.site
+            action.pk,
+            answer.user,
+            PendingAction.Status.CONFIRMED,
+            reason=answer.reason,
+            phrase=answer.phrase,
+            site=call.context.site,
         )
     except ActionExpired as exc:
         action.refresh_from_db()
@@ -82,70 +112,89 @@ def claim(call: Call) -> Outcome | None:
     return None
 
 
-def _waiting(action_id: Any, user: Any) -> PendingAction:
-    """The user's own pending action with this id, or ``ActionNotFound``."""
-    try:
-        pk = uuid.UUID(str(action_id))
-    except ValueError:
-        raise ActionNotFound() from None
-    action = (
-        PendingAction.objects.owned_by(user).filter(pk=pk).select_related("conversation").first()
+def _opened(action_id: Any, context: CallContext, answer: Answer) -> tuple[Call, Outcome | None]:
+    """The action's call as its requester's, through the decision steps (not yet claimed)."""
+    action = answerable(
+        action_id, answer.user, confirm=True, reason=answer.reason, phrase=answer.phrase
     )
-    if action is None:
-        raise ActionNotFound()
-    return action
-
-
-def _opened(action_id: Any, context: CallContext) -> tuple[Call, Outcome | None]:
-    """The action's call, through the decision steps (not yet claimed)."""
-    action = _waiting(action_id, context.user)
-    context = context.but(conversation=action.conversation)
+    context = context.but(user=action.user, conversation=action.conversation)
     call = Call(action.operation, action.entities, context, action=action)
     return call, decide(call, CONFIRMATION)
 
 
-def _claimed_here(call: Call, stopped: Outcome | None) -> Outcome:
+def _noted(call: Call, outcome: Outcome, answer: Answer) -> Outcome:
+    """A claimed action's outcome carries the approver's reason (and name) to its audit entry."""
+    if call.action is not None and call.action.status == PendingAction.Status.CONFIRMED:
+        outcome.reason = answer.audit_reason(call.action, "approved")
+    return outcome
+
+
+def _claimed_here(call: Call, stopped: Outcome | None, answer: Answer) -> Outcome:
     """The sync tail: claim, run, audit."""
-    outcome = stopped or claim(call) or run_sync(call)
-    return audited(call, outcome)
+    outcome = stopped or claim(call, answer) or run_sync(call)
+    return audited(call, _noted(call, outcome, answer))
 
 
-async def _claimed_in_loop(call: Call, stopped: Outcome | None) -> Outcome:
+async def _claimed_in_loop(call: Call, stopped: Outcome | None, answer: Answer) -> Outcome:
     """The async tail: ready (a toolset's), claim, run, audit."""
     if stopped is not None:
         return await aaudited(call, stopped)
     own = own_session(call)
     try:
-        outcome = await make_ready(call) or await sync_to_async(claim)(call)
-        return await aaudited(call, outcome or await run_async(call))
+        outcome = await make_ready(call) or await sync_to_async(claim)(call, answer)
+        outcome = outcome or await run_async(call)
+        return await aaudited(call, _noted(call, outcome, answer))
     finally:
         if own is not None:
             await own.stop()
 
 
-def confirm_action(action_id: Any, *, context: CallContext | None = None, **where: Any) -> Outcome:
-    """Run a pending action once for its owner; raises ``ActionNotFound`` / ``AlreadyDecided``."""
-    call, stopped = _opened(action_id, context_of(context, where))
+def confirm_action(
+    action_id: Any,
+    *,
+    reason: str = "",
+    phrase: str = "",
+    context: CallContext | None = None,
+    **where: Any,
+) -> Outcome:
+    """Run a pending action once, as its requester, for whoever its policy lets confirm it.
+
+    Raises ``ActionNotFound``, ``AlreadyDecided`` and the policy's refusals
+    (``SecondPersonRequired``, ``ReasonRequired``, ``PhraseMismatch``), changing nothing.
+    """
+    context = context_of(context, where)
+    answer = Answer(context.user, reason, phrase)
+    call, stopped = _opened(action_id, context, answer)
     if stopped is None and call.tool is not None and call.tool.toolset is not None:
-        return async_to_sync(_claimed_in_loop)(call, stopped)
-    return _claimed_here(call, stopped)
+        return async_to_sync(_claimed_in_loop)(call, stopped, answer)
+    return _claimed_here(call, stopped, answer)
 
 
 async def aconfirm_action(
-    action_id: Any, *, context: CallContext | None = None, **where: Any
+    action_id: Any,
+    *,
+    reason: str = "",
+    phrase: str = "",
+    context: CallContext | None = None,
+    **where: Any,
 ) -> Outcome:
-    call, stopped = await sync_to_async(_opened)(action_id, context_of(context, where))
+    context = context_of(context, where)
+    answer = Answer(context.user, reason, phrase)
+    call, stopped = await sync_to_async(_opened)(action_id, context, answer)
     if stopped is None and not runs_in_loop(call.tool):
-        return await in_one_hop(_claimed_here, call, stopped)
-    return await _claimed_in_loop(call, stopped)
+        return await in_one_hop(_claimed_here, call, stopped, answer)
+    return await _claimed_in_loop(call, stopped, answer)
 
 
-def cancel_action(action_id: Any, *, context: CallContext | None = None, **where: Any) -> Outcome:
+def cancel_action(
+    action_id: Any, *, reason: str = "", context: CallContext | None = None, **where: Any
+) -> Outcome:
     """Refuse a pending action (audited ``cancelled``); raises ``ActionNotFound`` / ``AlreadyDecided``."""
     context = context_of(context, where)
+    answer = Answer(context.user, reason)
     try:
         action = PendingAction.decide(
-            action_id, context.user, PendingAction.Status.CANCELLED, site=context.site
+            action_id, answer.user, PendingAction.Status.CANCELLED, reason=reason, site=context.site
         )
     except ActionExpired as exc:
         action = PendingAction.objects.get(pk=action_id)
@@ -153,11 +202,14 @@ def cancel_action(action_id: Any, *, context: CallContext | None = None, **where
         return audited(call, call.stop(Decision.EXPIRED, exc))
     call = _refusal(action, context)
     result = ToolResult(text=f"Cancelled {action.operation}.")
-    return audited(call, call.finish(Decision.CANCELLED, result=result))
+    outcome = call.finish(Decision.CANCELLED, result=result)
+    outcome.reason = answer.audit_reason(action, "refused")
+    return audited(call, outcome)
 
 
 def _refusal(action: PendingAction, context: CallContext) -> Call:
-    context = context.but(conversation=action.conversation)
+    """The refused action's call, as its requester's (the audit's user)."""
+    context = context.but(user=action.user, conversation=action.conversation)
     return Call(
         action.operation,
         action.entities,
@@ -168,9 +220,11 @@ def _refusal(action: PendingAction, context: CallContext) -> Call:
 
 
 async def acancel_action(
-    action_id: Any, *, context: CallContext | None = None, **where: Any
+    action_id: Any, *, reason: str = "", context: CallContext | None = None, **where: Any
 ) -> Outcome:
-    return await sync_to_async(cancel_action)(action_id, context=context_of(context, where))
+    return await sync_to_async(cancel_action)(
+        action_id, reason=reason, context=context_of(context, where)
+    )
 
 
 def record_action(

@@ -204,6 +204,16 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         return content
 
     @staticmethod
+    def text(content: dict[str, Any], key: str) -> str:
+        """An optional text field of the frame ("" when absent)."""
+        value = content.get(key)
+        if value is None:
+            return ""
+        if not isinstance(value, str):
+            raise FrameError(f'"{key}" must be text.')
+        return value
+
+    @staticmethod
     def required(content: dict[str, Any], key: str) -> Any:
         value = content.get(key)
         if value in (None, ""):
@@ -314,10 +324,23 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         self.start(NewMessage(text=text, conversation=conversation))
 
     async def on_confirm(self, content: dict[str, Any]) -> None:
-        self.start(ActionAnswer(action=self.required(content, "action"), confirm=True))
+        self.start(
+            ActionAnswer(
+                action=self.required(content, "action"),
+                confirm=True,
+                reason=self.text(content, "reason"),
+                phrase=self.text(content, "phrase"),
+            )
+        )
 
     async def on_reject(self, content: dict[str, Any]) -> None:
-        self.start(ActionAnswer(action=self.required(content, "action"), confirm=False))
+        self.start(
+            ActionAnswer(
+                action=self.required(content, "action"),
+                confirm=False,
+                reason=self.text(content, "reason"),
+            )
+        )
 
     def start(self, request: NewMessage | ActionAnswer) -> None:
         """Launch the turn; this socket joins its conversation before the run sends anything."""

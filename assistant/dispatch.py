@@ -21,6 +21,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.apps import apps
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 
+from .approvals import policy_for
 from .cancellation import CancellationToken
 from .conf import assistant_settings
 from .exceptions import (
@@ -112,6 +113,7 @@ class Outcome:
     audit_decision: str | None = None
     audit_id: int | None = None
     duration_ms: float = 0.0
+    reason: str = ""  # an answered action's: the approver's reason (and name, if not the requester)
 
     @property
     def ok(self) -> bool:
@@ -152,6 +154,7 @@ def write_audit(context: CallContext, outcome: Outcome, *, domain: str | None = 
         entities=storable(outcome.entities),
         duration_ms=outcome.duration_ms,
         error=storable_text(outcome.error_summary),
+        reason=storable_text(outcome.reason),
         source=context.source,
         request_ip=context.request_ip,
         conversation=context.conversation,
@@ -484,6 +487,7 @@ def open_action(call: Call) -> Outcome:
     tool, prepared = call.tool, call.prepared
     assert tool is not None
     stored = storable(call.values)
+    approval = policy_for(tool)
     call.action = PendingAction.open(
         user=call.context.user,
         operation=tool.operation,
@@ -495,14 +499,16 @@ def open_action(call: Call) -> Outcome:
         else _confirmation_summary(tool, redacted_entities(tool, stored)),
         preview=prepared.preview if prepared is not None else None,
         confirm_phrase=prepared.confirm_phrase if prepared is not None else "",
+        policy=approval.policy,
+        approver_permission=approval.permission,
     )
     return call.finish(Decision.CONFIRMATION_REQUESTED)
 
 
 def gated(call: Call) -> bool:
-    """Whether the gate stops this call: it needs confirmation and is not a confirmed action's."""
+    """Whether the gate stops this call: its policy asks first and it is not a confirmed action's."""
     assert call.tool is not None
-    return call.tool.requires_confirmation and not call.confirmed
+    return not call.confirmed and policy_for(call.tool).asks
 
 
 # -- running the handler --------------------------------------------------------------------------

@@ -94,6 +94,27 @@ class ActionExpired(AssistantError):
     status = 410
 
 
+class ReasonRequired(AssistantError, ValueError):
+    """This action's policy asks the approver for a reason: give one."""
+
+    code = "reason_required"
+    status = 400
+
+
+class PhraseMismatch(AssistantError, ValueError):
+    """Type the phrase the action asks for, exactly, to confirm it."""
+
+    code = "phrase_mismatch"
+    status = 400
+
+
+class SecondPersonRequired(PermissionDenied):
+    """This action needs a second person's approval: someone else must confirm it."""
+
+    code = "second_person_required"
+    status = 403
+
+
 class ToolUnavailable(AssistantError):
     """This tool is not available right now."""
 

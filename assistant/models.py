@@ -13,7 +13,14 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.utils import timezone
 
-from .exceptions import ActionExpired, ActionNotFound, AlreadyDecided
+from .exceptions import (
+    ActionExpired,
+    ActionNotFound,
+    AlreadyDecided,
+    PhraseMismatch,
+    ReasonRequired,
+    SecondPersonRequired,
+)
 from .redaction import redacted
 from .registry import RiskLevel, registry
 from .storable import storable, storable_text
@@ -124,6 +131,20 @@ class PendingActionQuerySet(models.QuerySet["PendingAction"]):
 
     def owned_by(self, user: Any) -> PendingActionQuerySet:
         return self.filter(user_id=user.pk)
+
+    def awaiting_approval_by(self, user: Any) -> PendingActionQuerySet:
+        """Other people's waiting ``two_person`` actions whose approver permission ``user`` holds."""
+        others = (
+            self.waiting().filter(policy=PendingAction.Policy.TWO_PERSON).exclude(user_id=user.pk)
+        )
+        held = [
+            permission
+            for permission in others.order_by()
+            .values_list("approver_permission", flat=True)
+            .distinct()
+            if permission and user.has_perm(permission)
+        ]
+        return others.filter(approver_permission__in=held)
 
     def expire_due(self) -> int:
         """Close the actions whose time ran out unanswered, keeping only redacted entities."""
@@ -250,6 +271,7 @@ class PendingAction(models.Model):
             "entities": self.shown_entities(),
             "conversation": str(self.conversation_id) if self.conversation_id else None,
             "expires_at": self.expires_at.isoformat(),
+            "policy": self.policy,
         }
 
     def forgotten(self, site: Any = None) -> dict[str, Any]:
@@ -257,19 +279,75 @@ class PendingAction(models.Model):
         entities = self.shown_entities(site)
         return {"entities": entities, "entities_digest": entities_digest(entities)}
 
+    def may_be_decided_by(self, user: Any) -> bool:
+        """Its requester, or for ``two_person`` someone else holding the approver permission."""
+        if user is None or user.pk is None:
+            return False
+        if user.pk == self.user_id:
+            return True
+        return (
+            self.policy == self.Policy.TWO_PERSON
+            and bool(self.approver_permission)
+            and user.has_perm(self.approver_permission)
+        )
+
     @classmethod
-    def decide(cls, action_id: Any, user: Any, status: str, *, site: Any = None) -> PendingAction:
-        """Move the user's pending action to ``status`` exactly once, whoever races for it.
+    def for_decider(cls, action_id: Any, user: Any) -> PendingAction:
+        """The action with this id that ``user`` may decide; anyone else's is ``ActionNotFound``."""
+        try:
+            pk = uuid.UUID(str(action_id))
+        except ValueError:
+            raise ActionNotFound() from None
+        action = cls.objects.filter(pk=pk).select_related("conversation").first()
+        if action is None or not action.may_be_decided_by(user):
+            raise ActionNotFound()
+        return action
+
+    def check_answer(self, user: Any, *, confirm: bool, reason: str = "", phrase: str = "") -> None:
+        """Refuse a confirmation its policy would not take (the requester's own two_person one,
+        no reason where one is asked for, a wrong phrase); refusing needs nothing."""
+        if not confirm:
+            return
+        if self.policy == self.Policy.TWO_PERSON and user.pk == self.user_id:
+            raise SecondPersonRequired()
+        if self.policy == self.Policy.CONFIRM_WITH_REASON and not reason.strip():
+            raise ReasonRequired()
+        if (
+            self.confirm_phrase
+            and phrase.strip().casefold() != self.confirm_phrase.strip().casefold()
+        ):
+            raise PhraseMismatch(f"Type {self.confirm_phrase!r} to confirm.")
+
+    @classmethod
+    def decide(
+        cls,
+        action_id: Any,
+        user: Any,
+        status: str,
+        *,
+        reason: str = "",
+        phrase: str = "",
+        site: Any = None,
+    ) -> PendingAction:
+        """Move a pending action to ``status`` exactly once, whoever races for it, if ``user``
+        may decide it and the answer satisfies its policy (``check_answer``).
 
         The claimed values were read before; from here on the row keeps only redacted ones.
         """
         now = timezone.now()
-        action = cls.objects.owned_by(user).filter(pk=action_id).first()
-        if action is None:
-            raise ActionNotFound()
+        action = cls.for_decider(action_id, user)
+        action.check_answer(
+            user, confirm=status == cls.Status.CONFIRMED, reason=reason, phrase=phrase
+        )
         claimed = cls.objects.filter(
             pk=action.pk, status=cls.Status.PENDING, expires_at__gt=now
-        ).update(status=status, decided_at=now, decided_by=user, **action.forgotten(site))
+        ).update(
+            status=status,
+            decided_at=now,
+            decided_by=user,
+            reason=storable_text(reason.strip()),
+            **action.forgotten(site),
+        )
         if claimed:
             return cls.objects.get(pk=action.pk)
         action.refresh_from_db()

@@ -307,6 +307,7 @@ async def test_pending_approvals_are_resent_on_connect(open_socket, clerk):
         "entities": {"order_id": order.pk},
         "conversation": asked[0]["threadId"],
         "expires_at": action.expires_at.isoformat(),
+        "policy": "confirm",
     }
     assert await second.receive_nothing(timeout=0.1)
 

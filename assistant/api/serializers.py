@@ -31,6 +31,26 @@ class DispatchInput(serializers.Serializer[Any]):
     conversation = serializers.UUIDField(required=False, allow_null=True)
 
 
+class CancelInput(serializers.Serializer[Any]):
+    reason = serializers.CharField(
+        required=False,
+        default="",
+        allow_blank=True,
+        max_length=2000,
+        help_text="why you decide so (confirming under confirm_with_reason needs one)",
+    )
+
+
+class ConfirmInput(CancelInput):
+    phrase = serializers.CharField(
+        required=False,
+        default="",
+        allow_blank=True,
+        max_length=200,
+        help_text="the action's confirm phrase, typed (required when it has one)",
+    )
+
+
 class ToolSerializer(serializers.Serializer[Any]):
     operation = serializers.CharField()
     domain = serializers.CharField()

@@ -39,6 +39,8 @@ from ..throttling import AssistantThrottle
 from ..validation import ValidationTaskService
 from .serializers import (
     AuditEntrySerializer,
+    CancelInput,
+    ConfirmInput,
     ConversationDetailSerializer,
     ConversationSerializer,
     DeletedSerializer,
@@ -323,11 +325,26 @@ class ActionListView(AssistantAPIView):
     pagination_class = PagePagination
 
     @extend_schema(
-        summary="Your pending actions",
-        parameters=[OpenApiParameter("status", str, enum=list(PendingAction.Status.values))],
+        summary="Your pending actions (or, ?awaiting=approval, others' you may approve)",
+        parameters=[
+            OpenApiParameter("status", str, enum=list(PendingAction.Status.values)),
+            OpenApiParameter(
+                "awaiting",
+                str,
+                enum=["approval"],
+                description="other people's waiting two_person actions you may approve",
+            ),
+        ],
         responses=PendingActionSerializer(many=True),
     )
     def get(self, request: Request) -> Response:
+        awaiting = request.query_params.get("awaiting")
+        if awaiting is not None:
+            if awaiting != "approval":
+                raise exceptions.ValidationError({"awaiting": "only 'approval'"})
+            return self.paginated(
+                PendingAction.objects.awaiting_approval_by(request.user), PendingActionSerializer
+            )
         actions = PendingAction.objects.owned_by(request.user)
         wanted = request.query_params.get("status")
         if wanted == PendingAction.Status.PENDING:
@@ -341,21 +358,40 @@ class ActionListView(AssistantAPIView):
 
 class ActionConfirmView(AssistantAPIView):
     @extend_schema(
-        summary="Confirm a pending action (runs it once)",
-        request=None,
+        summary="Confirm a pending action (runs it once, as its requester)",
+        request=ConfirmInput,
         responses=OUTCOME_RESPONSES,
     )
     def post(self, request: Request, action_id: str) -> Response:
+        data = ConfirmInput(data=request.data)
+        data.is_valid(raise_exception=True)
         return self.outcome_response(
-            confirm_action(action_id, user=request.user, source="rest", request_ip=self.client_ip())
+            confirm_action(
+                action_id,
+                reason=data.validated_data["reason"],
+                phrase=data.validated_data["phrase"],
+                user=request.user,
+                source="rest",
+                request_ip=self.client_ip(),
+            )
         )
 
 
 class ActionCancelView(AssistantAPIView):
-    @extend_schema(summary="Refuse a pending action", request=None, responses=OUTCOME_RESPONSES)
+    @extend_schema(
+        summary="Refuse a pending action", request=CancelInput, responses=OUTCOME_RESPONSES
+    )
     def post(self, request: Request, action_id: str) -> Response:
+        data = CancelInput(data=request.data)
+        data.is_valid(raise_exception=True)
         return self.outcome_response(
-            cancel_action(action_id, user=request.user, source="rest", request_ip=self.client_ip())
+            cancel_action(
+                action_id,
+                reason=data.validated_data["reason"],
+                user=request.user,
+                source="rest",
+                request_ip=self.client_ip(),
+            )
         )
 
 

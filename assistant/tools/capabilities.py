@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from itertools import groupby
 
+from ..approvals import policy_for
 from ..catalog import visible_tools
 from ..registry import ToolCall, ToolResult, assistant_tool
 
@@ -26,7 +27,7 @@ def show_capabilities(call: ToolCall) -> ToolResult:
     for domain, group in groupby(tools, key=lambda tool: tool.domain):
         lines.append(f"\n{domain}")
         for tool in group:
-            flag = " (asks for confirmation)" if tool.requires_confirmation else ""
+            flag = " (asks for confirmation)" if policy_for(tool).asks else ""
             lines.append(f"  • {tool.operation}: {tool.description}{flag}")
             data.append(
                 {

@@ -3,6 +3,7 @@
 manage.py assistant_call list_users search=op --user operator
 manage.py assistant_call deactivate_user user_id=4 --user admin        # asks for confirmation
 manage.py assistant_call --confirm <action id> --user admin            # … and runs it
+manage.py assistant_call --confirm <id> --reason "release 4.2" --phrase "Sales" --user lead
 manage.py assistant_call --message "back up staging" --user operator    # a whole chat turn
 """
 
@@ -32,6 +33,8 @@ class Command(BaseCommand):
         parser.add_argument("--user", required=True, help="act as this user (username)")
         parser.add_argument("--confirm", metavar="ACTION_ID", help="confirm a pending action")
         parser.add_argument("--reject", metavar="ACTION_ID", help="refuse a pending action")
+        parser.add_argument("--reason", default="", help="why you confirm or refuse")
+        parser.add_argument("--phrase", default="", help="the action's confirm phrase, typed")
         parser.add_argument("--message", help="send a chat message (one turn) instead")
         parser.add_argument("--json", action="store_true", dest="as_json", help="print JSON")
 
@@ -46,9 +49,17 @@ class Command(BaseCommand):
                 self.report([*turn.outcomes], options["as_json"], reply=turn.assistant_message.text)
                 return
             if options["confirm"]:
-                outcome = confirm_action(options["confirm"], user=user, source="cli")
+                outcome = confirm_action(
+                    options["confirm"],
+                    reason=options["reason"],
+                    phrase=options["phrase"],
+                    user=user,
+                    source="cli",
+                )
             elif options["reject"]:
-                outcome = cancel_action(options["reject"], user=user, source="cli")
+                outcome = cancel_action(
+                    options["reject"], reason=options["reason"], user=user, source="cli"
+                )
             elif options["operation"]:
                 outcome = dispatch(
                     options["operation"],
