@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
-from assistant.models import AuditEntry, Conversation
+from assistant.models import AuditEntry, Conversation, Message
 from tests.browsing import ARTIFACTS, send
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -68,6 +68,16 @@ def test_a_conversation_is_titled_timed_renamed_found_and_deleted(
     expect(sidebar(page).locator("a[aria-current=true]")).to_have_text("Weekly checks")
     assert Conversation.objects.get(pk=first).title == "Weekly checks"
     screenshot(page, "2-renamed")
+
+    page.reload()  # the stored messages come back as a snapshot, with their times
+
+    expect(page).to_have_title("Weekly checks · Assistant")
+    expect(bubbles).to_have_count(2)
+    for bubble in bubbles.all():
+        expect(bubble.locator("time.when")).to_have_text(re.compile(r"just now|\d min ago"))
+    sent = page.locator(".bubble.user time.when").get_attribute("datetime")
+    stored = Message.objects.get(conversation_id=first, role="user").created_at.astimezone(UTC)
+    assert sent == stored.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
     second = start(page, "async ping", "pong")
     expect(sidebar(page).get_by_role("link")).to_have_text(["async ping", "Weekly checks"])
