@@ -64,6 +64,7 @@ def test_a_conversation_is_titled_timed_renamed_found_and_deleted(
     page.get_by_role("button", name="Save").click()
 
     expect(page.locator("#title")).to_have_text("Weekly checks")
+    expect(page.get_by_role("button", name="Rename")).to_be_focused()
     expect(page).to_have_title("Weekly checks · Assistant")
     expect(sidebar(page).locator("a[aria-current=true]")).to_have_text("Weekly checks")
     assert Conversation.objects.get(pk=first).title == "Weekly checks"

@@ -489,11 +489,14 @@
     if (on) {
       $("rename-input").value = ui.title.textContent;
       $("rename-input").select();
+    } else if (state.conversation) {
+      $("rename").focus();
     }
   }
 
   $("rename").addEventListener("click", () => renaming(true));
   $("rename-cancel").addEventListener("click", () => renaming(false));
+  $("rename-input").addEventListener("keydown", (event) => { if (event.key === "Escape") renaming(false); });
   $("rename-form").addEventListener("submit", (event) => {
     event.preventDefault();
     const title = $("rename-input").value.trim();
