@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -14,17 +15,19 @@ from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 from django.db import DatabaseError, IntegrityError, transaction
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from . import events
 from .cancellation import CancellationToken
 from .conf import assistant_settings
-from .confirmation import acancel_action, aconfirm_action, answerable
+from .confirmation import acancel_action, aconfirm_action, answerable, cancel_action
 from .dispatch import Outcome
 from .exceptions import (
     AssistantError,
     ConversationNotFound,
     InvalidIdempotencyKey,
     InvalidMessage,
+    InvalidTitle,
     MessageNotStored,
     TurnInProgress,
 )
@@ -33,7 +36,7 @@ from .models import AuditEntry, Conversation, Message, PendingAction
 from .permissions import refresh_access
 from .planner import get_planner
 from .registry import ToolRegistry, ToolResult, registry
-from .runner import keep, lane, loop_state
+from .runner import keep, lane, loop_state, request_stop
 from .storable import storable_text
 from .turn import Turn
 
@@ -82,6 +85,65 @@ def conversation_for(user: Any, conversation_id: Any) -> Conversation:
     if conversation is None:
         raise ConversationNotFound()
     return conversation
+
+
+def check_title(title: Any) -> str:
+    """A conversation title as it will be stored, or ``InvalidTitle``."""
+    if not isinstance(title, str) or not title.strip():
+        raise InvalidTitle("The title is empty.")
+    limit = Conversation._meta.get_field("title").max_length or 0
+    title = " ".join(title.split())
+    if len(title) > limit:
+        raise InvalidTitle(f"The title is longer than {limit} characters.")
+    if storable_text(title) != title:
+        raise InvalidTitle("The title contains a NUL character or an unpaired surrogate.")
+    return title
+
+
+def rename_conversation(user: Any, conversation_id: Any, title: Any) -> Conversation:
+    """Give one of the user's conversations the title they chose (its place in the list stays)."""
+    conversation = conversation_for(user, conversation_id)
+    conversation.title = check_title(title)
+    Conversation.objects.filter(pk=conversation.pk).update(title=conversation.title)
+    return conversation
+
+
+def search_conversations(
+    conversations: QuerySet[Conversation], text: str
+) -> QuerySet[Conversation]:
+    """The conversations holding every word of ``text`` (any case) in their title or a message."""
+    words = text.split()
+    for word in words:
+        found = Message.objects.filter(conversation=OuterRef("pk"), text__icontains=word)
+        conversations = conversations.filter(Q(title__icontains=word) | Exists(found))
+    return conversations
+
+
+def delete_conversations(
+    user: Any,
+    conversations: QuerySet[Conversation],
+    *,
+    source: str,
+    request_ip: str | None = None,
+) -> int:
+    """Delete these conversations of the user's, hard: their messages go, the audit stays.
+
+    Actions still waiting in them are refused first (audited ``cancelled``: nobody can approve
+    what the user no longer sees), and turns running in them are asked to stop. Audit entries,
+    jobs and decided actions keep their rows, with the conversation unset.
+    """
+    ids = list(conversations.filter(user_id=user.pk).values_list("pk", flat=True))
+    waiting = PendingAction.objects.owned_by(user).waiting().filter(conversation_id__in=ids)
+    for action_id in waiting.values_list("pk", flat=True):
+        with contextlib.suppress(AssistantError):  # decided meanwhile elsewhere: not waiting either
+            cancel_action(action_id, user=user, source=source, request_ip=request_ip)
+    try:
+        for pk in ids:
+            async_to_sync(request_stop)(str(pk))
+    except Exception:  # (the channel layer is down): a turn still running ends unstored
+        logger.exception("Asking the turns of deleted conversations to stop failed")
+    deleted = Conversation.objects.filter(pk__in=ids).delete()[1]
+    return deleted.get(Conversation._meta.label, 0)
 
 
 def stored_key(user: Any, idempotency_key: Any) -> str | None:

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 from asgiref.sync import async_to_sync, sync_to_async
 from django.apps import apps
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.db import IntegrityError, transaction
 
 from .approvals import policy_for
 from .cancellation import CancellationToken
@@ -140,6 +141,19 @@ class Outcome:
 
 def write_audit(context: CallContext, outcome: Outcome, *, domain: str | None = None) -> int:
     """Append one audit entry: the single place the trail is written (staff actions too)."""
+    try:
+        return _audit_row(context, outcome, domain, context.conversation)
+    except IntegrityError:
+        # The conversation was deleted while its call ran: the entry stays, unlinked, as the
+        # deletion's SET_NULL left its earlier entries (in a transaction the error stands).
+        if context.conversation is None or transaction.get_connection().in_atomic_block:
+            raise
+        return _audit_row(context, outcome, domain, None)
+
+
+def _audit_row(
+    context: CallContext, outcome: Outcome, domain: str | None, conversation: Conversation | None
+) -> int:
     user = context.user if context.user is not None and context.user.is_authenticated else None
     tool = outcome.tool
     return AuditEntry.objects.create(
@@ -157,7 +171,7 @@ def write_audit(context: CallContext, outcome: Outcome, *, domain: str | None = 
         reason=storable_text(outcome.reason),
         source=context.source,
         request_ip=context.request_ip,
-        conversation=context.conversation,
+        conversation=conversation,
         pending_action=outcome.pending_action,
     ).pk
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from ag_ui.core import (
@@ -84,12 +85,17 @@ def confirmation_interrupt(
     )
 
 
+def now_ms() -> int:
+    """An event's ``timestamp``: milliseconds since the epoch, as AG-UI counts them."""
+    return int(time.time() * 1000)
+
+
 def text_start(message_id: str) -> TextMessageStartEvent:
-    return TextMessageStartEvent(message_id=message_id, role="assistant")
+    return TextMessageStartEvent(message_id=message_id, role="assistant", timestamp=now_ms())
 
 
 def user_text_start(message_id: str) -> TextMessageStartEvent:
-    return TextMessageStartEvent(message_id=message_id, role="user")
+    return TextMessageStartEvent(message_id=message_id, role="user", timestamp=now_ms())
 
 
 def text_content(message_id: str, delta: str) -> TextMessageContentEvent:
@@ -131,7 +137,13 @@ def messages_snapshot(messages: list[Any]) -> MessagesSnapshotEvent:
     converted: list[Any] = []
     for message in messages:
         if message.role == Message.Role.USER:
-            converted.append(UserMessage(id=str(message.pk), content=message.text))
+            converted.append(
+                UserMessage(
+                    id=str(message.pk),
+                    content=message.text,
+                    metadata={"createdAt": message.created_at.isoformat()},
+                )
+            )
             continue
         calls = [
             AGUIToolCall(
@@ -151,7 +163,11 @@ def messages_snapshot(messages: list[Any]) -> MessagesSnapshotEvent:
                 id=str(message.pk),
                 content=message.text,
                 tool_calls=calls or None,
-                metadata={"status": message.status, "decisions": decisions},
+                metadata={
+                    "status": message.status,
+                    "decisions": decisions,
+                    "createdAt": message.created_at.isoformat(),
+                },
             )
         )
     return MessagesSnapshotEvent(messages=converted)

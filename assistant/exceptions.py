@@ -133,6 +133,13 @@ class ConversationNotFound(NotFound):
     """No such conversation of yours."""
 
 
+class InvalidTitle(AssistantError, ValueError):
+    """The conversation title is empty, too long, or holds characters that cannot be stored."""
+
+    code = "invalid_title"
+    status = 400
+
+
 class InvalidMessage(AssistantError, ValueError):
     """The message is empty or too long."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import uuid
 from dataclasses import replace
 from typing import Any
@@ -43,6 +44,28 @@ def tool_call_record(outcome: Outcome, tool_call_id: str | None = None) -> dict[
     }
 
 
+TITLE_WORDS = 6
+TITLE_LENGTH = 60
+# A sentence ends at . ! ? or ; followed by a space (not "v1.2"), or at a line break.
+SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|\n")
+TITLE_TRIM = " \t.,;:!?\u2026-\u2013\u2014"  # and the ellipsis, en and em dashes
+
+
+def short_title(text: str) -> str:
+    """A conversation's title from a message: its first sentence (more if that is one or two
+    words, "Hi!"), at most six words and 60 characters, cut between words."""
+    words: list[str] = []
+    for sentence in SENTENCE_END.split(text.strip()):
+        words += sentence.split()
+        if len(words) >= 3:
+            break
+    title = " ".join(words[:TITLE_WORDS])
+    if len(title) > TITLE_LENGTH:
+        cut = title.rfind(" ", 0, TITLE_LENGTH + 1)
+        title = title[: cut if cut > 0 else TITLE_LENGTH]
+    return title.rstrip(TITLE_TRIM) or title
+
+
 def settle_user_message(message: Message, conversation: Conversation, secrets: set[str]) -> None:
     """Store the user's message redacted and title a new conversation by it (never before)."""
     before = message.text
@@ -50,8 +73,8 @@ def settle_user_message(message: Message, conversation: Conversation, secrets: s
     if text != before:
         message.text = text
         message.save(update_fields=["text"])
-    if not conversation.title or conversation.title == before[:80]:
-        title = text[:80]  # (a secret cut short at the 80th character must go whole)
+    if not conversation.title or conversation.title == short_title(before):
+        title = short_title(text)  # of the redacted text: a secret cut short must go whole
     else:
         title = redact_text(conversation.title, secrets)
     if title != conversation.title:

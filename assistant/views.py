@@ -6,7 +6,7 @@ from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
-from django.urls import reverse
+from django.urls import NoReverseMatch, reverse
 
 from .conf import assistant_settings
 
@@ -28,6 +28,16 @@ CHAT_CONTENT_SECURITY_POLICY = "; ".join(
 )
 
 
+def admin_url(request: HttpRequest) -> str | None:
+    """Where the header's Admin link goes: for staff, when the project mounts the admin."""
+    if not request.user.is_staff:
+        return None
+    try:
+        return reverse("admin:index")
+    except NoReverseMatch:
+        return None
+
+
 @login_required  # signed-out users go to settings.LOGIN_URL ("assistant:login" works anywhere)
 def chat(request: HttpRequest) -> HttpResponse:
     response = render(
@@ -36,6 +46,7 @@ def chat(request: HttpRequest) -> HttpResponse:
         {
             "websocket_path": assistant_settings.WEBSOCKET_PATH,
             "max_length": assistant_settings.MAX_MESSAGE_LENGTH,
+            "admin_url": admin_url(request),
         },
     )
     response.headers["Content-Security-Policy"] = CHAT_CONTENT_SECURITY_POLICY
@@ -50,3 +61,11 @@ class LoginView(auth_views.LoginView):
     def get_default_redirect_url(self) -> str:
         """Without ``?next=``, the chat rather than the project's ``LOGIN_REDIRECT_URL``."""
         return reverse("assistant:chat")
+
+
+class LogoutView(auth_views.LogoutView):
+    """Django's sign-out (a POST with its CSRF token), back to the app's own sign-in page."""
+
+    def get_default_redirect_url(self) -> str:
+        """Without ``?next=``, the app's sign-in page rather than the project's ``LOGOUT_REDIRECT_URL``."""
+        return reverse("assistant:login")

@@ -49,7 +49,7 @@ def test_a_reply_streams_in_with_its_tool_card(
 
     send(page, "ping")
 
-    expect(page.locator(".bubble.user")).to_have_text("ping")
+    expect(page.locator(".bubble.user .text")).to_have_text("ping")
     reply = assistant_bubbles(page)
     expect(reply.locator(".text")).to_have_text("pong for plain")
     expect(reply).not_to_contain_class("streaming")
@@ -146,7 +146,7 @@ def test_a_reload_mid_turn_shows_the_history_and_the_reply_finishing(
 
     assert page.url.endswith(f"?c={conversation}")
     expect(page.get_by_role("button", name="Stop")).to_be_visible()
-    expect(page.locator(".bubble.user")).to_have_text(["ping", "slow seconds=2"])
+    expect(page.locator(".bubble.user .text")).to_have_text(["ping", "slow seconds=2"])
     expect(assistant_bubbles(page).first.locator(".text")).to_have_text("pong for plain")
     screenshot(page, "4-reloaded-mid-turn")
     expect(assistant_bubbles(page).last.locator(".text")).to_have_text("slept 2s")

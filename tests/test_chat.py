@@ -7,11 +7,11 @@ import uuid
 import pytest
 
 from assistant import ToolCall, ToolResult, assistant_tool
-from assistant.chat import run_turn
-from assistant.exceptions import ConversationNotFound, InvalidMessage
+from assistant.chat import check_title, run_turn
+from assistant.exceptions import ConversationNotFound, InvalidMessage, InvalidTitle
 from assistant.models import AuditEntry, Conversation, Message
 from assistant.registry import ToolRegistry
-from assistant.turn import TURN_FAILED
+from assistant.turn import TURN_FAILED, short_title
 from tests.testapp.models import Order
 
 pytestmark = pytest.mark.django_db
@@ -72,8 +72,43 @@ def test_a_new_conversation_is_titled_from_the_message(plain_user):
     turn = run_turn(plain_user, text)
 
     assert turn.conversation.user == plain_user
-    assert turn.conversation.title == text.strip()[:80]
-    assert Conversation.objects.filter(user=plain_user).count() == 1
+    assert turn.conversation.title == "ping and more words and more"
+    assert Conversation.objects.get(user=plain_user).title == "ping and more words and more"
+
+
+@pytest.mark.parametrize(
+    ("message", "title"),
+    [
+        ("ping", "ping"),
+        ("What can you do?", "What can you do"),
+        ("Run the weekly report. Then mail it to ops.", "Run the weekly report"),
+        ("Hi! Can you list the orders please", "Hi! Can you list the orders"),
+        ("v1.2 is out; upgrade the staging servers", "v1.2 is out"),
+        ("cancel order order_id=5", "cancel order order_id=5"),
+        ("list the orders\nthen the reports", "list the orders"),
+        ("  spaced\t out   words  ", "spaced out words"),
+        ("list orders, reports, and...", "list orders, reports, and"),
+        ("supercalifragilistic " * 2 + "x" * 30, "supercalifragilistic supercalifragilistic"),
+        ("y" * 90, "y" * 60),
+        ("???", "???"),
+    ],
+)
+def test_a_short_title_is_the_first_sentence_in_six_words_and_60_characters(message, title):
+    assert short_title(message) == title
+    assert len(short_title(message)) <= 60
+
+
+@pytest.mark.parametrize(
+    ("title", "stored"), [("  Weekly \n checks ", "Weekly checks"), ("x" * 200, "x" * 200)]
+)
+def test_a_chosen_title_is_stored_with_its_spaces_collapsed(title, stored):
+    assert check_title(title) == stored
+
+
+@pytest.mark.parametrize("title", ["", "   ", None, 5, "x" * 201, "a NUL \x00", "half \ud800"])
+def test_a_chosen_title_that_cannot_be_stored_is_refused(title):
+    with pytest.raises(InvalidTitle):
+        check_title(title)
 
 
 def test_a_turn_continues_the_users_own_conversation(plain_user):

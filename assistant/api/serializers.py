@@ -25,6 +25,10 @@ class MessageInput(serializers.Serializer[Any]):
     conversation = serializers.UUIDField(required=False, allow_null=True)
 
 
+class ConversationInput(serializers.Serializer[Any]):
+    title = serializers.CharField(help_text="at most 200 characters (else invalid_title)")
+
+
 class DispatchInput(serializers.Serializer[Any]):
     operation = serializers.CharField(max_length=64)
     entities = serializers.DictField(required=False, default=dict)

@@ -28,7 +28,13 @@ from rest_framework.serializers import BaseSerializer
 from rest_framework.views import APIView
 
 from ..catalog import get_catalog, visible_tools
-from ..chat import conversation_for, run_turn
+from ..chat import (
+    conversation_for,
+    delete_conversations,
+    rename_conversation,
+    run_turn,
+    search_conversations,
+)
 from ..confirmation import cancel_action, confirm_action
 from ..dispatch import Outcome, dispatch
 from ..exceptions import AssistantError
@@ -42,6 +48,7 @@ from .serializers import (
     CancelInput,
     ConfirmInput,
     ConversationDetailSerializer,
+    ConversationInput,
     ConversationSerializer,
     DeletedSerializer,
     DispatchInput,
@@ -225,6 +232,9 @@ class AssistantAPIView(APIView):
         return Response(body, status=outcome.status)
 
 
+MAX_SEARCH_LENGTH = 200
+
+
 def owner_id(request: Request) -> Any:
     return request.user.pk
 
@@ -403,19 +413,39 @@ def _with_counts(conversations: QuerySet[Conversation]) -> QuerySet[Conversation
 class ConversationListView(AssistantAPIView):
     pagination_class = PagePagination
 
-    @extend_schema(summary="Your conversations", responses=ConversationSerializer(many=True))
+    @extend_schema(
+        summary="Your conversations, most recently used first",
+        parameters=[
+            OpenApiParameter(
+                "search",
+                str,
+                description="only those whose title or messages hold every word (any case)",
+            )
+        ],
+        responses=ConversationSerializer(many=True),
+    )
     def get(self, request: Request) -> Response:
-        conversations = _with_counts(Conversation.objects.filter(user_id=owner_id(request)))
-        return self.paginated(conversations, ConversationSerializer)
+        conversations = Conversation.objects.filter(user_id=owner_id(request))
+        wanted = request.query_params.get("search", "")
+        if len(wanted) > MAX_SEARCH_LENGTH:
+            raise exceptions.ValidationError({"search": f"at most {MAX_SEARCH_LENGTH} characters"})
+        if wanted.strip():
+            conversations = search_conversations(conversations, wanted)
+        return self.paginated(_with_counts(conversations), ConversationSerializer)
 
     @extend_schema(
-        summary="Delete all your conversations",
+        summary="Delete all your conversations (their waiting actions are cancelled)",
         operation_id="conversations_destroy_all",
         responses={200: DeletedSerializer},
     )
     def delete(self, request: Request) -> Response:
-        deleted = Conversation.objects.filter(user_id=owner_id(request)).delete()[1]
-        return Response({"deleted": deleted.get(Conversation._meta.label, 0)})
+        deleted = delete_conversations(
+            request.user,
+            Conversation.objects.filter(user_id=owner_id(request)),
+            source="rest",
+            request_ip=self.client_ip(),
+        )
+        return Response({"deleted": deleted})
 
 
 class ConversationDetailView(AssistantAPIView):
@@ -435,9 +465,32 @@ class ConversationDetailView(AssistantAPIView):
         )
         return Response(ConversationDetailSerializer(conversation).data)
 
-    @extend_schema(summary="Delete one of your conversations", responses={204: None})
+    @extend_schema(
+        summary="Rename one of your conversations",
+        request=ConversationInput,
+        responses={200: ConversationSerializer},
+    )
+    def patch(self, request: Request, conversation_id: str) -> Response:
+        data = ConversationInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        conversation = rename_conversation(
+            request.user, conversation_id, data.validated_data["title"]
+        )
+        row = _with_counts(Conversation.objects.filter(pk=conversation.pk)).get()
+        return Response(ConversationSerializer(row).data)
+
+    @extend_schema(
+        summary="Delete one of your conversations (its waiting actions are cancelled)",
+        responses={204: None},
+    )
     def delete(self, request: Request, conversation_id: str) -> Response:
-        self.conversation(request, conversation_id).delete()
+        conversation = self.conversation(request, conversation_id)
+        delete_conversations(
+            request.user,
+            Conversation.objects.filter(pk=conversation.pk),
+            source="rest",
+            request_ip=self.client_ip(),
+        )
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

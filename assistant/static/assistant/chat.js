@@ -99,6 +99,7 @@
     TEXT_MESSAGE_START(frame) {
       if (frame.role === "user") sent();
       bubble(frame.messageId, frame.role || "assistant").classList.add("streaming");
+      stamp(bubble(frame.messageId), frame.timestamp);
     },
     TEXT_MESSAGE_CONTENT(frame) {
       const node = bubble(frame.messageId, "assistant");
@@ -313,6 +314,7 @@
         card.querySelector(".badge").className = "badge " + decision;
       });
       node.querySelector(".text").textContent = message.content || "";
+      stamp(node, meta.createdAt);
       node.dataset.complete = "1";
       if (meta.status === "cancelled") markMessage(message.id, "stopped");
       if (meta.status === "failed") node.classList.add("failed");
@@ -389,10 +391,15 @@
   }
 
   function loadConversations() {
-    fetch(root.dataset.conversations, { credentials: "same-origin", headers: { Accept: "application/json" } })
+    const url = new URL(root.dataset.conversations, location.href);
+    const search = $("search-input").value.trim();
+    if (search) url.searchParams.set("search", search);
+    fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
       .then((response) => (response.ok ? response.json() : { results: [] }))
       .then((page) => {
+        if (search !== $("search-input").value.trim()) return;  // an answer to an older search
         ui.conversations.replaceChildren(...page.results.map((conversation) => {
+          const item = el("div", "conversation");
           const link = el("a", "", conversation.title || "Untitled");
           link.href = "?c=" + conversation.id;
           link.dataset.id = conversation.id;
@@ -401,8 +408,10 @@
             closeSidebar();
             openConversation(conversation.id);
           };
-          return link;
+          item.append(link, timeElement(conversation.updated_at));
+          return item;
         }));
+        $("no-match").hidden = !search || page.results.length > 0;
         highlight();
       })
       .catch(() => {});
@@ -414,7 +423,108 @@
       if (link.dataset.id === state.conversation) ui.title.textContent = link.textContent;
     });
     if (!state.conversation) ui.title.textContent = "New conversation";
+    titleTab();
   }
+
+  // ---- conversation basics: timestamps, the tab's title, rename, delete, search -------------
+
+  // A time as people read it in a list: "just now", "5 min ago", "14:05" today, else a date;
+  // the exact local time is in its title (a tooltip), the ISO instant in its datetime.
+  function timeElement(when) {
+    const date = when === undefined || when === null ? null : new Date(when);
+    const node = el("time");
+    if (!date || isNaN(date)) return node;
+    node.dateTime = date.toISOString();
+    node.title = date.toLocaleString();
+    relabel(node);
+    return node;
+  }
+
+  function relabel(node) {
+    const date = new Date(node.dateTime);
+    const seconds = (Date.now() - date.getTime()) / 1000;
+    const now = new Date();
+    if (seconds < 60) node.textContent = "just now";
+    else if (seconds < 3600) node.textContent = Math.floor(seconds / 60) + " min ago";
+    else if (now.toDateString() === date.toDateString()) node.textContent = date.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+    else node.textContent = date.toLocaleDateString([], { day: "numeric", month: "short", year: date.getFullYear() === now.getFullYear() ? undefined : "numeric" });
+  }
+
+  // "just now" does not stay true: the labels follow the clock.
+  setInterval(() => root.querySelectorAll("time[datetime]").forEach(relabel), 30000);
+
+  // A message's time, once (replays and streaming deltas do not move it).
+  function stamp(node, when) {
+    if (!node || node.querySelector(":scope > time")) return;
+    const time = timeElement(when === undefined || when === null ? Date.now() : when);
+    time.className = "when";
+    node.append(time);
+  }
+
+  function titleTab() {
+    const named = state.conversation && ui.title.textContent;
+    document.title = named ? ui.title.textContent + " · Assistant" : "Assistant";
+    $("conversation-actions").hidden = !state.conversation;
+    if (!state.conversation) $("rename-form").hidden = true;
+  }
+
+  function conversationRequest(method, body) {
+    return fetch(root.dataset.conversations + state.conversation + "/", {
+      method: method,
+      credentials: "same-origin",
+      headers: { Accept: "application/json", "Content-Type": "application/json", "X-CSRFToken": root.dataset.csrfToken },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    }).then((response) => {
+      if (response.ok) return response;
+      return response.json().catch(() => ({})).then((error) => {
+        throw new Error(error.detail || "The server refused (" + response.status + ").");
+      });
+    });
+  }
+
+  function renaming(on) {
+    $("rename-form").hidden = !on;
+    ui.title.hidden = on;
+    $("conversation-actions").hidden = on || !state.conversation;
+    if (on) {
+      $("rename-input").value = ui.title.textContent;
+      $("rename-input").select();
+    } else if (state.conversation) {
+      $("rename").focus();
+    }
+  }
+
+  $("rename").addEventListener("click", () => renaming(true));
+  $("rename-cancel").addEventListener("click", () => renaming(false));
+  $("rename-input").addEventListener("keydown", (event) => { if (event.key === "Escape") renaming(false); });
+  $("rename-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const title = $("rename-input").value.trim();
+    if (!title) return;
+    conversationRequest("PATCH", { title: title })
+      .then((response) => response.json())
+      .then((conversation) => {
+        ui.title.textContent = conversation.title;
+        renaming(false);
+        loadConversations();
+      })
+      .catch((error) => showNotice(error.message, true));
+  });
+  $("delete").addEventListener("click", () => {
+    if (!state.conversation || !confirm("Delete “" + ui.title.textContent + "” and its messages? The audit trail keeps its record of the tool calls; waiting approvals are cancelled.")) return;
+    conversationRequest("DELETE")
+      .then(() => {
+        openConversation(null);
+        loadConversations();
+        showNotice("Conversation deleted.", false);
+      })
+      .catch((error) => showNotice(error.message, true));
+  });
+  $("search").addEventListener("submit", (event) => { event.preventDefault(); loadConversations(); });
+  $("search-input").addEventListener("input", () => {
+    clearTimeout(loadConversations.timer);
+    loadConversations.timer = setTimeout(loadConversations, 250);
+  });
 
   // ---- composer -----------------------------------------------------------------------------
 
