@@ -142,16 +142,19 @@ def messages_snapshot(messages: list[Any]) -> MessagesSnapshotEvent:
             )
             for index, call in enumerate(message.tool_calls or [])
         ]
-        decisions = {
-            call.id: record.get("decision")
-            for call, record in zip(calls, message.tool_calls or [], strict=True)
+        records = list(zip(calls, message.tool_calls or [], strict=True))
+        decisions = {call.id: record.get("decision") for call, record in records}
+        # what each call returned, as the live TOOL_CALL_RESULT and assistant.outcome said it
+        results = {
+            call.id: {"text": record.get("text") or "", "data": record.get("data")}
+            for call, record in records
         }
         converted.append(
             AssistantMessage(
                 id=str(message.pk),
                 content=message.text,
                 tool_calls=calls or None,
-                metadata={"status": message.status, "decisions": decisions},
+                metadata={"status": message.status, "decisions": decisions, "results": results},
             )
         )
     return MessagesSnapshotEvent(messages=converted)

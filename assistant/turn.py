@@ -19,7 +19,7 @@ from .dispatch import CallContext, Decision, DispatchCancelled, Outcome, adispat
 from .exceptions import AssistantError, ReplyNotStored
 from .lifecycle import ToolSession
 from .models import Conversation, Message
-from .redaction import redact_text, redacted, sensitive_values, unfinished_secret
+from .redaction import redact_data, redact_text, redacted, sensitive_values, unfinished_secret
 from .registry import ToolRegistry, registry
 
 logger = logging.getLogger("assistant.turn")
@@ -38,6 +38,7 @@ def tool_call_record(outcome: Outcome, tool_call_id: str | None = None) -> dict[
         "text": outcome.text,
         "code": outcome.code,
         "task_id": outcome.result.task_id if outcome.result else None,
+        "data": outcome.result.data if outcome.result else None,  # the full rows, for the UI
         "audit_id": outcome.audit_id,
         "pending_action": str(outcome.pending_action.pk) if outcome.pending_action else None,
     }
@@ -210,7 +211,9 @@ class Turn:
         """Remember an outcome and stream its result (and any approval it waits for)."""
         if outcome.result is not None and self.secrets:  # what the handler said, redacted
             outcome.result = replace(
-                outcome.result, text=redact_text(outcome.result.text, self.secrets)
+                outcome.result,
+                text=redact_text(outcome.result.text, self.secrets),
+                data=redact_data(outcome.result.data, self.secrets),
             )
         self.outcomes.append(outcome)
         record = tool_call_record(outcome, tool_call_id)
