@@ -92,6 +92,26 @@ def test_a_reply_renders_as_markdown_and_its_code_block_copies(
     assert kept
     expect(answer).to_contain_text("One more line.")
 
+    # a reader at the bottom follows a growing reply; one who scrolled up stays where they are
+    followed, stayed = page.evaluate(
+        """() => {
+          const box = document.getElementById("messages");
+          const text = box.querySelector(".bubble.assistant:last-child .text");
+          const grow = () => {
+            window.assistantRender.append(text, "\\n\\nline".repeat(40));
+            window.assistantRender.flush();
+          };
+          grow();
+          box.scrollTop = box.scrollHeight;
+          grow();
+          const followed = box.scrollHeight - box.scrollTop - box.clientHeight < 2;
+          box.scrollTop = 0;
+          grow();
+          return [followed, box.scrollTop];
+        }"""
+    )
+    assert (followed, stayed) == (True, 0)
+
 
 def test_a_tool_s_rows_show_once_as_a_table_that_sorts_and_caps(
     open_chat: Callable[..., Page], clerk: Any
