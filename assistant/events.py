@@ -146,7 +146,11 @@ def messages_snapshot(messages: list[Any]) -> MessagesSnapshotEvent:
         decisions = {call.id: record.get("decision") for call, record in records}
         # what each call returned, as the live TOOL_CALL_RESULT and assistant.outcome said it
         results = {
-            call.id: {"text": record.get("text") or "", "data": record.get("data")}
+            call.id: {
+                "text": record.get("text") or "",
+                "data": record.get("data"),
+                "data_omitted": bool(record.get("data_omitted")),
+            }
             for call, record in records
         }
         converted.append(

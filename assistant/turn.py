@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import DatabaseError, transaction
 
 from . import events
@@ -26,6 +27,9 @@ logger = logging.getLogger("assistant.turn")
 TURN_FAILED = (
     "Sorry, something went wrong while answering; your message is saved. Please try again."
 )
+# A tool's data rides in its outcome event and the stored call; past this (as JSON) it is left
+# out of both (daphne sends no frame over 1 MiB); REST callers still get it whole.
+DATA_MAX_BYTES = 256 * 1024
 
 
 def tool_call_record(outcome: Outcome, tool_call_id: str | None = None) -> dict[str, Any]:
@@ -42,6 +46,14 @@ def tool_call_record(outcome: Outcome, tool_call_id: str | None = None) -> dict[
         "audit_id": outcome.audit_id,
         "pending_action": str(outcome.pending_action.pk) if outcome.pending_action else None,
     }
+
+
+def shown_data(record: dict[str, Any]) -> dict[str, Any]:
+    """The record with its data left out (``data_omitted``) when it is too big to send."""
+    data = record["data"]
+    if data is not None and len(json.dumps(data, cls=DjangoJSONEncoder)) > DATA_MAX_BYTES:
+        return {**record, "data": None, "data_omitted": True}
+    return record
 
 
 def settle_user_message(message: Message, conversation: Conversation, secrets: set[str]) -> None:
@@ -216,7 +228,7 @@ class Turn:
                 data=redact_data(outcome.result.data, self.secrets),
             )
         self.outcomes.append(outcome)
-        record = tool_call_record(outcome, tool_call_id)
+        record = shown_data(tool_call_record(outcome, tool_call_id))
         record["text"] = redact_text(record["text"], self.secrets)  # (an error's message too)
         self.records.append(record)
         await self.emit(

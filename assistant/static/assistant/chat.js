@@ -147,7 +147,7 @@
         const badge = card.querySelector(".badge");
         badge.textContent = value.decision.replace("_", " ");
         badge.className = "badge " + value.decision;
-        render.showData(card, value.data);
+        render.showData(card, value.data, value.data_omitted);
         if (value.decision !== "confirmation_requested") removeApproval(value.pending_action);
       } else if (frame.name === "assistant.notice") {
         showNotice(value.message, false);
@@ -317,7 +317,7 @@
         card.querySelector(".badge").className = "badge " + decision;
         const result = (meta.results || {})[call.id] || {};
         card.querySelector(".result").textContent = result.text || "";
-        render.showData(card, result.data);
+        render.showData(card, result.data, result.data_omitted);
       });
       if (message.role === "assistant") render.set(node.querySelector(".text"), message.content);
       else node.querySelector(".text").textContent = message.content || "";

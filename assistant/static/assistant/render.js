@@ -341,11 +341,11 @@
   }
 
   // Show a tool call's data under its card (once: a repeated outcome replaces the table).
-  function showData(card, data) {
+  function showData(card, data, omitted) {
     if (!card) return;
     const id = "d-" + card.id;
     const old = document.getElementById(id);
-    const table = dataTable(data);
+    const table = omitted ? tooBig() : dataTable(data);
     if (!table) {
       if (old) old.remove();
       return;
@@ -359,6 +359,13 @@
   function recheck(bubble) {
     const text = bubble && bubble.querySelector(".text");
     if (text) hideRepeatedResults(text);
+  }
+
+  function tooBig() {
+    const note = document.createElement("p");
+    note.className = "data-table data-omitted";
+    note.textContent = "This result is too big to show as a table.";
+    return note;
   }
 
   window.assistantRender = {
