@@ -23,7 +23,8 @@ MARKDOWN = (
     "| env | hosts |\n|---|---|\n| prod | 3 |\n| staging | 1 |\n\n",
     "```sh\nmake deploy ENV=prod\n",
     "```\n\n",
-    "See [the runbook](https://example.org/runbook) or [this](javascript:alert(1)).",
+    "See [the runbook](https://example.org/runbook) or [this](javascript:alert(1)).\n\n",
+    "![load chart](/static/chart.png)",
 )
 # Each payload, if it ran, would set window.__xss or open a dialog.
 IMG = "<img src=x onerror=alert(1)>"
@@ -69,6 +70,11 @@ def test_a_reply_renders_as_markdown_and_its_code_block_copies(
     unsafe = answer.locator("a", has_text="this")
     expect(unsafe).not_to_have_attribute("href", JS_LINK)
     assert unsafe.get_attribute("href") is None
+    # an image is a link to it: a reply makes the browser fetch nothing by itself
+    expect(answer.get_by_role("link", name="load chart")).to_have_attribute(
+        "href", "/static/chart.png"
+    )
+    expect(answer.locator("img")).to_have_count(0)
     expect(reply(page)).not_to_contain_class("streaming")
     screenshot(page, "markdown")
 

@@ -42,8 +42,14 @@
     if (node.tagName === "A") makeSafeLink(node);
   });
 
-  // HTML written in a reply is shown as the text it is, not as markup (marked escapes text).
+  // HTML written in a reply is shown as the text it is, not as markup (marked escapes text);
+  // an image becomes a link to it, so a reply cannot make the browser fetch anything by itself.
   function htmlAsText(token) {
+    if (token.type === "image") {
+      token.type = "link";
+      token.tokens = [{ type: "text", raw: token.text, text: token.text || token.href, escaped: false }];
+      return;
+    }
     if (token.type !== "html") return;
     const text = { type: "text", raw: token.raw, text: token.text, escaped: false };
     if (token.block) {
