@@ -162,6 +162,8 @@ def test_a_tool_s_rows_show_once_as_a_table_that_sorts_and_caps(
     card.locator("summary").click()
     expect(card.locator(".result")).to_be_hidden()
     expect(reply(page).locator(".text")).to_contain_text("ORD-24, ORD-25")
+    page.set_viewport_size({"width": 390, "height": 844})
+    screenshot(page, "table-phone")
 
 
 def test_with_the_llm_planner_the_card_keeps_the_tool_s_text_the_reply_does_not_say(
