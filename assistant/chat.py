@@ -212,14 +212,16 @@ def earlier_turn(user: Any, idempotency_key: Any) -> TurnResult | None:
 def _stored_outcome(
     record: dict[str, Any], actions: dict[Any, PendingAction], durations: dict[int, float]
 ) -> Outcome:
-    """An outcome as the conversation remembers it (``tool_call_record``): no ``data``."""
+    """An outcome as the conversation remembers it (``tool_call_record``)."""
     code, text = record.get("code"), record.get("text") or ""
     pending = record.get("pending_action")
     return Outcome(
         operation=record["operation"],
         decision=record["decision"],
         entities=record.get("entities") or {},
-        result=None if code else ToolResult(text=text, task_id=record.get("task_id")),
+        result=None
+        if code
+        else ToolResult(text=text, task_id=record.get("task_id"), data=record.get("data")),
         error=AssistantError(text, code=code) if code else None,
         pending_action=actions.get(uuid.UUID(pending)) if pending else None,
         audit_id=record.get("audit_id"),

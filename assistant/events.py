@@ -154,9 +154,16 @@ def messages_snapshot(messages: list[Any]) -> MessagesSnapshotEvent:
             )
             for index, call in enumerate(message.tool_calls or [])
         ]
-        decisions = {
-            call.id: record.get("decision")
-            for call, record in zip(calls, message.tool_calls or [], strict=True)
+        records = list(zip(calls, message.tool_calls or [], strict=True))
+        decisions = {call.id: record.get("decision") for call, record in records}
+        # what each call returned, as the live TOOL_CALL_RESULT and assistant.outcome said it
+        results = {
+            call.id: {
+                "text": record.get("text") or "",
+                "data": record.get("data"),
+                "data_omitted": bool(record.get("data_omitted")),
+            }
+            for call, record in records
         }
         converted.append(
             AssistantMessage(
@@ -166,6 +173,7 @@ def messages_snapshot(messages: list[Any]) -> MessagesSnapshotEvent:
                 metadata={
                     "status": message.status,
                     "decisions": decisions,
+                    "results": results,
                     "createdAt": message.created_at.isoformat(),
                 },
             )

@@ -56,6 +56,19 @@ def redact_text(text: str, secrets: set[str]) -> str:
     return text
 
 
+def redact_data(value: Any, secrets: set[str]) -> Any:
+    """Stored data (JSON-shaped) with every secret blanked in its strings, keys included."""
+    if not secrets:
+        return value
+    if isinstance(value, str):
+        return redact_text(value, secrets)
+    if isinstance(value, list):
+        return [redact_data(item, secrets) for item in value]
+    if isinstance(value, dict):
+        return {redact_text(str(k), secrets): redact_data(v, secrets) for k, v in value.items()}
+    return value
+
+
 def unfinished_secret(text: str, secrets: set[str]) -> int:
     """How many characters at the end of ``text`` may begin a secret (a stream holds them back)."""
     longest = 0

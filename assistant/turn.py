@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import DatabaseError, transaction
 
 from . import events
@@ -20,13 +21,16 @@ from .dispatch import CallContext, Decision, DispatchCancelled, Outcome, adispat
 from .exceptions import AssistantError, ReplyNotStored
 from .lifecycle import ToolSession
 from .models import Conversation, Message
-from .redaction import redact_text, redacted, sensitive_values, unfinished_secret
+from .redaction import redact_data, redact_text, redacted, sensitive_values, unfinished_secret
 from .registry import ToolRegistry, registry
 
 logger = logging.getLogger("assistant.turn")
 TURN_FAILED = (
     "Sorry, something went wrong while answering; your message is saved. Please try again."
 )
+# A tool's data rides in its outcome event and the stored call; past this (as JSON) it is left
+# out of both (daphne sends no frame over 1 MiB); REST callers still get it whole.
+DATA_MAX_BYTES = 256 * 1024
 
 
 def tool_call_record(outcome: Outcome, tool_call_id: str | None = None) -> dict[str, Any]:
@@ -39,6 +43,7 @@ def tool_call_record(outcome: Outcome, tool_call_id: str | None = None) -> dict[
         "text": outcome.text,
         "code": outcome.code,
         "task_id": outcome.result.task_id if outcome.result else None,
+        "data": outcome.result.data if outcome.result else None,  # the full rows, for the UI
         "audit_id": outcome.audit_id,
         "pending_action": str(outcome.pending_action.pk) if outcome.pending_action else None,
     }
@@ -64,6 +69,14 @@ def short_title(text: str) -> str:
         cut = title.rfind(" ", 0, TITLE_LENGTH + 1)
         title = title[: cut if cut > 0 else TITLE_LENGTH]
     return title.rstrip(TITLE_TRIM) or title
+
+
+def shown_data(record: dict[str, Any]) -> dict[str, Any]:
+    """The record with its data left out (``data_omitted``) when it is too big to send."""
+    data = record["data"]
+    if data is not None and len(json.dumps(data, cls=DjangoJSONEncoder)) > DATA_MAX_BYTES:
+        return {**record, "data": None, "data_omitted": True}
+    return record
 
 
 def settle_user_message(message: Message, conversation: Conversation, secrets: set[str]) -> None:
@@ -233,10 +246,12 @@ class Turn:
         """Remember an outcome and stream its result (and any approval it waits for)."""
         if outcome.result is not None and self.secrets:  # what the handler said, redacted
             outcome.result = replace(
-                outcome.result, text=redact_text(outcome.result.text, self.secrets)
+                outcome.result,
+                text=redact_text(outcome.result.text, self.secrets),
+                data=redact_data(outcome.result.data, self.secrets),
             )
         self.outcomes.append(outcome)
-        record = tool_call_record(outcome, tool_call_id)
+        record = shown_data(tool_call_record(outcome, tool_call_id))
         record["text"] = redact_text(record["text"], self.secrets)  # (an error's message too)
         self.records.append(record)
         await self.emit(

@@ -66,6 +66,36 @@ def test_the_users_message_is_stored_before_any_tool_runs(plain_user):
     assert seen == [[("user", "look back please")]]
 
 
+def test_a_tools_data_goes_with_its_call_unless_too_big_to_send(plain_user):
+    site = ToolRegistry("chat")
+
+    @assistant_tool(
+        operation="rows",
+        domain="diagnostics",
+        description="Return rows",
+        risk_level="safe",
+        public=True,
+        keywords=["rows"],
+        site=site,
+    )
+    def rows(call: ToolCall, count: int) -> ToolResult:
+        return ToolResult(
+            text=f"{count} rows", data=[{"n": n, "pad": "x" * 100} for n in range(count)]
+        )
+
+    small = run_turn(plain_user, "rows count=2", site=site)
+    big = run_turn(plain_user, "rows count=3000", site=site)
+
+    (call,) = small.assistant_message.tool_calls
+    assert call["data"] == [{"n": 0, "pad": "x" * 100}, {"n": 1, "pad": "x" * 100}]
+    assert "data_omitted" not in call
+    (call,) = big.assistant_message.tool_calls
+    assert (call["data"], call["data_omitted"], call["text"]) == (None, True, "3000 rows")
+    (outcome,) = [f["value"] for f in big.frames if f.get("name") == "assistant.outcome"]
+    assert (outcome["data"], outcome["data_omitted"]) == (None, True)
+    assert len(big.outcomes[0].result.data) == 3000
+
+
 def test_a_new_conversation_is_titled_from_the_message(plain_user):
     text = "ping " + "and more words " * 10
 

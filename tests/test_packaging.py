@@ -106,6 +106,11 @@ def test_the_wheel_holds_the_app_and_nothing_of_the_example_project(
         "assistant/templates/assistant/login.html",
         "assistant/static/assistant/chat.js",
         "assistant/static/assistant/chat.css",
+        "assistant/static/assistant/render.js",
+        "assistant/static/assistant/vendor/marked.umd.js",
+        "assistant/static/assistant/vendor/purify.min.js",
+        "assistant/static/assistant/vendor/LICENSE-marked",
+        "assistant/static/assistant/vendor/LICENSE-dompurify",
     } <= names
 
 

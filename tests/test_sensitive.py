@@ -448,8 +448,8 @@ def test_a_model_repeating_the_secret_in_pieces_streams_it_redacted(use_llm, kee
     assert rows_with_the_secret() == {}
 
 
-@pytest.mark.django_db
-def test_a_handler_repeating_the_secret_is_redacted_in_the_turn(keeper):
+def pin_keeper(answer: Callable[[str], ToolResult]) -> ToolRegistry:
+    """A registry with one tool, ``keep_pin``, whose ``pin`` is sensitive and answered by ``answer``."""
     site = ToolRegistry("sensitive")
 
     @assistant_tool(
@@ -463,13 +463,39 @@ def test_a_handler_repeating_the_secret_is_redacted_in_the_turn(keeper):
         site=site,
     )
     def keep_pin(call: ToolCall, pin: str) -> ToolResult:
-        return ToolResult(text=f"kept {pin}")
+        return answer(pin)
+
+    return site
+
+
+@pytest.mark.django_db
+def test_a_handler_repeating_the_secret_is_redacted_in_the_turn(keeper):
+    site = pin_keeper(lambda pin: ToolResult(text=f"kept {pin}"))
 
     turn = run_turn(keeper, f"keep pin pin={SECRET}", site=site)
 
     (outcome,) = turn.outcomes
     assert outcome.text == "kept [redacted]"
     assert turn.assistant_message.text == "kept [redacted]"
+    assert [frame for frame in turn.frames if leaks(frame)] == []
+    assert rows_with_the_secret() == {}
+
+
+@pytest.mark.django_db
+def test_a_handler_returning_the_secret_in_its_data_shows_and_stores_it_redacted(keeper):
+    def rows(pin: str) -> list[dict[str, str]]:
+        return [{"pin": pin, "note": f"was {pin}"}]
+
+    site = pin_keeper(lambda pin: ToolResult(text="kept", data={"rows": rows(pin)}))
+
+    turn = run_turn(keeper, f"keep pin pin={SECRET}", site=site)
+
+    (outcome,) = turn.outcomes
+    shown = {"rows": rows("[redacted]")}
+    assert outcome.result.data == shown
+    assert turn.assistant_message.tool_calls[0]["data"] == shown
+    (sent,) = [f for f in turn.frames if f.get("name") == "assistant.outcome"]
+    assert sent["value"]["data"] == shown
     assert [frame for frame in turn.frames if leaks(frame)] == []
     assert rows_with_the_secret() == {}
 

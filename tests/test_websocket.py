@@ -581,6 +581,11 @@ async def test_a_fresh_load_gets_the_stored_messages_then_the_unfinished_run(
         (str(message.pk), message.role, message.text) for message in messages
     ]
     assert [message.text for message in messages] == ["ping", "pong for plain", "slow seconds=30"]
+    reply = snapshot["messages"][1]
+    (ping,) = reply["toolCalls"]
+    assert reply["metadata"]["results"] == {
+        ping["id"]: {"text": "pong for plain", "data": None, "data_omitted": False}
+    }
     replayed = [await receive(second) for _ in unfinished]
     assert replayed == unfinished
     marker = await receive(second)

@@ -3,6 +3,7 @@
   "use strict";
 
   const root = document.getElementById("assistant");
+  const render = window.assistantRender;  // render.js: Markdown replies, data tables
   const $ = (id) => document.getElementById(id);
   const ui = {
     messages: $("messages"), empty: $("empty"), approvals: $("approvals"), notice: $("notice"),
@@ -104,6 +105,7 @@
     TEXT_MESSAGE_CONTENT(frame) {
       const node = bubble(frame.messageId, "assistant");
       if (node.dataset.complete) return;
+      if (node.classList.contains("assistant")) return render.append(node.querySelector(".text"), frame.delta);
       node.querySelector(".text").textContent += frame.delta;
       scrollDown();
     },
@@ -120,6 +122,7 @@
     TOOL_CALL_RESULT(frame) {
       const card = toolCard(frame.toolCallId);
       card.querySelector(".result").textContent = frame.content;
+      render.recheck(card.closest(".bubble"));
     },
     RUN_FINISHED(frame) {
       const outcome = frame.outcome || {};
@@ -145,6 +148,7 @@
         const badge = card.querySelector(".badge");
         badge.textContent = value.decision.replace("_", " ");
         badge.className = "badge " + value.decision;
+        render.showData(card, value.data, value.data_omitted);
         if (value.decision !== "confirmation_requested") removeApproval(value.pending_action);
       } else if (frame.name === "assistant.notice") {
         showNotice(value.message, false);
@@ -312,14 +316,20 @@
         card.querySelector(".args").textContent = call.function.arguments;
         card.querySelector(".badge").textContent = decision.replace("_", " ");
         card.querySelector(".badge").className = "badge " + decision;
+        const result = (meta.results || {})[call.id] || {};
+        card.querySelector(".result").textContent = result.text || "";
+        render.showData(card, result.data, result.data_omitted);
       });
-      node.querySelector(".text").textContent = message.content || "";
+      if (message.role === "assistant") render.set(node.querySelector(".text"), message.content);
+      else node.querySelector(".text").textContent = message.content || "";
       stamp(node, meta.createdAt);
       node.dataset.complete = "1";
       if (meta.status === "cancelled") markMessage(message.id, "stopped");
       if (meta.status === "failed") node.classList.add("failed");
     });
     ui.empty.hidden = frame.messages.length > 0;
+    render.flush();
+    scrollDown();
   }
 
   function addApproval(interrupt) {
