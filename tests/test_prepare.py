@@ -9,7 +9,12 @@ import pytest
 from assistant import Prepared, ToolCall, ToolResult, assistant_tool
 from assistant.confirmation import confirm_action
 from assistant.dispatch import adispatch, dispatch
-from assistant.exceptions import InvalidEntities, PermissionDenied, ToolDefinitionError
+from assistant.exceptions import (
+    InvalidEntities,
+    PermissionDenied,
+    PhraseMismatch,
+    ToolDefinitionError,
+)
 from assistant.models import AuditEntry, PendingAction, entities_digest
 from assistant.registry import ToolRegistry
 
@@ -128,7 +133,9 @@ def test_confirming_runs_the_handler_with_the_resolved_arguments_without_prepari
         "ship_crate", {"crate": "blue", "to": "Oslo"}, user=plain_user, site=site
     ).pending_action
 
-    outcome = confirm_action(action.pk, user=plain_user, site=site)
+    with pytest.raises(PhraseMismatch):  # a dangerous action's approver types what prepare named
+        confirm_action(action.pk, user=plain_user, site=site)
+    outcome = confirm_action(action.pk, user=plain_user, site=site, phrase="Crate 8 ")
 
     assert outcome.decision == "confirmed"
     assert site.ran == [{"crate": "8", "to": "Oslo"}]
