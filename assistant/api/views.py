@@ -328,7 +328,7 @@ class ActionListView(AssistantAPIView):
         responses=PendingActionSerializer(many=True),
     )
     def get(self, request: Request) -> Response:
-        actions = PendingAction.objects.owned_by(request.user)
+        actions = PendingAction.objects.owned_by(request.user).select_related("user")
         wanted = request.query_params.get("status")
         if wanted == PendingAction.Status.PENDING:
             actions = actions.waiting()
