@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Page
+    from playwright.sync_api import Locator, Page
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -26,3 +26,19 @@ WAIT = 10_000  # ms: the longest any step may take before the test fails
 def send(page: Page, text: str) -> None:
     page.get_by_placeholder("Message the assistant…").fill(text)
     page.get_by_role("button", name="Send").click()
+
+
+def approve(page: Page, approval: Locator) -> None:
+    """Approve as a person would: type the phrase when asked, hold a dangerous action's button."""
+    approval.locator("button.primary").wait_for()
+    phrase = approval.locator("label.phrase")
+    if phrase.count():
+        phrase.locator("input").fill(phrase.locator("code").inner_text())
+    held = approval.get_by_role("button", name="Hold to approve")
+    if held.count():
+        held.hover()
+        page.mouse.down()
+        page.wait_for_timeout(1200)
+        page.mouse.up()
+    else:
+        approval.get_by_role("button", name="Approve").click()

@@ -119,8 +119,10 @@
     }
     let phrase = null;
     if (action.confirm === "type" && action.confirm_phrase) {
-      const label = el("label", "phrase", "Type ");
-      label.append(el("code", "", action.confirm_phrase), " to approve");
+      const label = el("label", "phrase");
+      const text = el("span", "", "Type ");
+      text.append(el("code", "", action.confirm_phrase), " to approve");
+      label.append(text);
       phrase = el("input");
       phrase.type = "text";
       phrase.autocomplete = "off";
