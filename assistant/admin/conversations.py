@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from ..models import Conversation, Message, PendingAction
-from .base import ReadOnlyAdmin, badge
+from .base import ReadOnlyAdmin, badge, change_link
 
 
 class MessageInline(admin.TabularInline):  # type: ignore[type-arg]
@@ -215,10 +215,7 @@ class PendingActionAdmin(ReadOnlyAdmin):
 
     @admin.display(description="conversation")
     def conversation_link(self, action: PendingAction) -> str:
-        if action.conversation is None:
-            return "-"
-        url = reverse("admin:assistant_conversation_change", args=[action.conversation_id])
-        return format_html('<a href="{}">{}</a>', url, action.conversation)
+        return change_link("conversation", action.conversation_id, action.conversation)
 
     @admin.display(description="status", ordering="status")
     def coloured_status(self, action: PendingAction) -> str:
