@@ -21,6 +21,13 @@ CHROMIUM_ARGS = [
 ]
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "browser"
 WAIT = 10_000  # ms: the longest any step may take before the test fails
+# an init script: what the page's Content-Security-Policy refused lands in window.__violations
+RECORD_VIOLATIONS = """
+window.__violations = [];
+document.addEventListener("securitypolicyviolation", (event) => {
+  window.__violations.push(event.violatedDirective + " " + event.blockedURI);
+});
+"""
 
 
 def send(page: Page, text: str) -> None:

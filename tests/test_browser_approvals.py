@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from assistant.models import AuditEntry, Conversation, Message, PendingAction
-from tests.browsing import ARTIFACTS
+from tests.browsing import ARTIFACTS, RECORD_VIOLATIONS
 from tests.testapp.models import Order
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -62,6 +62,7 @@ def test_a_card_shows_what_will_happen_and_a_dangerous_one_is_approved_by_holdin
     chat = Conversation.objects.create(user=clerk, title="Orders")
     action = ask(clerk, order, chat, summary="Cancel order ORD-42", preview=CHANGES)
     page = open_chat(clerk)
+    page.add_init_script(RECORD_VIOLATIONS)
     go(page, f"{asgi_live_server}/assistant/?c={chat.pk}")
 
     card = page.locator(".approval")
@@ -85,6 +86,7 @@ def test_a_card_shows_what_will_happen_and_a_dangerous_one_is_approved_by_holdin
     expect(card).to_have_count(0)
     expect(page.locator(".bubble.assistant .text").last).to_have_text(f"Cancelled order {order.pk}")
     screenshot(page, "1-approved")
+    assert page.evaluate("window.__violations") == []
     assert Order.objects.get(pk=order.pk).status == "cancelled"
     assert PendingAction.objects.get(pk=action.pk).status == "confirmed"
 
@@ -169,6 +171,7 @@ def test_the_inbox_lists_waiting_actions_and_answers_them_in_their_conversation(
         preview={"kind": "list", "items": ["ORD-6"]},
     )
     page = open_chat(clerk)
+    page.add_init_script(RECORD_VIOLATIONS)
     page.goto(f"{asgi_live_server}/assistant/approvals/")
 
     items = page.locator(".inbox-item")
@@ -187,6 +190,7 @@ def test_the_inbox_lists_waiting_actions_and_answers_them_in_their_conversation(
     expect(first.locator(".approval-result")).to_have_text(f"confirmed: Cancelled order {order.pk}")
     expect(items.filter(has_text="ORD-6").locator(".approval-result")).to_contain_text("cancelled")
     screenshot(page, "3-inbox-answered")
+    assert page.evaluate("window.__violations") == []  # (under the chat page's policy)
     assert Order.objects.get(pk=order.pk).status == "cancelled"
     assert PendingAction.objects.get(pk=approved.pk).status == "confirmed"
     assert PendingAction.objects.get(pk=rejected.pk).status == "cancelled"

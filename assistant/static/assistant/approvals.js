@@ -100,6 +100,7 @@
     if (action.risk) meta.append(el("span", "risk " + action.risk, action.risk));
     if (action.requested_by) meta.append(el("span", "requester", "requested by " + action.requested_by));
     const expiry = el("time", "expiry");
+    expiry.setAttribute("aria-live", "off");  // (the chat's approvals region must not read every tick)
     const expiresAt = Date.parse(action.expires_at);
     if (action.expires_at) expiry.dateTime = action.expires_at;
     meta.append(expiry);
@@ -209,7 +210,8 @@
     function update() {
       if (!node.isConnected && node.dataset.mounted) { live.delete(update); return; }  // taken off
       const left = expiresAt - Date.now();
-      expiry.textContent = remaining(left);
+      const text = remaining(left);
+      if (expiry.textContent !== text) expiry.textContent = text;
       if (left <= 0 && !answered) {
         gone = true;
         live.delete(update);
