@@ -16,6 +16,7 @@ from tests.testapp.models import Order
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
+PHONE = {"width": 390, "height": 844}
 CHANGES = {
     "kind": "changes",
     "rows": [{"field": "status", "before": "open", "after": "cancelled"}],
@@ -272,3 +273,29 @@ def test_an_expired_card_disappears_by_itself(
 
     expect(card).to_have_count(0, timeout=8_000)
     screenshot(page, "5-expired")
+
+
+def test_cards_and_the_inbox_fit_a_phone(
+    open_chat: Callable[..., Page], asgi_live_server: str, clerk: Any
+) -> None:
+    order = Order.objects.create(reference="ORD-9")
+    chat = Conversation.objects.create(user=clerk, title="Orders")
+    ask(clerk, order, chat, summary="Cancel order ORD-9", preview=CHANGES)
+    ask(clerk, order, None, summary="Cancel it from nowhere")
+    page = open_chat(clerk, viewport=PHONE, is_mobile=True, has_touch=True)
+    go(page, f"{asgi_live_server}/assistant/?c={chat.pk}")
+
+    card = page.locator(".approval")
+    expect(card.locator(".approval-summary")).to_have_text("Cancel order ORD-9")
+    expect(page.get_by_role("link", name="1 approval waiting")).to_be_visible()
+    for part in (".approval-summary", ".risk", ".expiry", "button.hold"):
+        expect(card.locator(part)).to_be_in_viewport(ratio=1)
+    assert page.evaluate("document.scrollingElement.scrollWidth") <= PHONE["width"]
+    screenshot(page, "6-phone-card")
+
+    page.get_by_role("link", name="1 approval waiting").click()
+
+    expect(page.locator(".inbox-item")).to_have_count(2)
+    expect(page.locator(".inbox-item .where").last).to_contain_text("no conversation")
+    assert page.evaluate("document.scrollingElement.scrollWidth") <= PHONE["width"]
+    screenshot(page, "6-phone-inbox")

@@ -199,6 +199,7 @@
         if (event.key === " " || event.key === "Enter") { event.preventDefault(); stopHold(); }
       });
       approve.addEventListener("blur", stopHold);
+      approve.addEventListener("contextmenu", (event) => event.preventDefault());  // a long touch
     } else {
       approve.onclick = () => answer(true);
     }
