@@ -91,6 +91,10 @@ def test_a_card_shows_what_will_happen_and_a_dangerous_one_is_approved_by_holdin
     assert Order.objects.get(pk=order.pk).status == "cancelled"
     assert PendingAction.objects.get(pk=action.pk).status == "confirmed"
 
+    page.get_by_role("button", name="+ New").click()
+
+    expect(page.locator("#approvals-elsewhere")).to_have_text("")  # nothing waits anywhere now
+
 
 def test_holding_space_approves_too(
     open_chat: Callable[..., Page], asgi_live_server: str, clerk: Any

@@ -335,9 +335,16 @@
     const card = AssistantApprovals.card(action, {
       user: root.dataset.user,
       decide: decide,
-      expired: () => state.pending.delete(action.id),
+      expired: () => { state.pending.delete(action.id); countHere(); },
     });
     if (AssistantApprovals.mount(ui.approvals, card)) state.pending.set(action.id, card);
+    countHere();
+  }
+
+  // The count of this conversation follows its cards (it is shown once another one is open).
+  function countHere() {
+    if (state.conversation) state.waiting[state.conversation] = state.pending.size;
+    showElsewhere();
   }
 
   // The server's list for this conversation replaces the cards shown (others answered them).
@@ -376,6 +383,7 @@
     if (card) {
       card.remove();
       state.pending.delete(actionId);
+      countHere();
     }
   }
 
