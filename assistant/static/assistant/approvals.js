@@ -234,5 +234,13 @@
     return true;
   }
 
-  window.AssistantApprovals = { card: card, mount: mount, preview: preview, remaining: remaining };
+  // The websocket frame answering an action: confirm (with the phrase and reason given) or reject.
+  function frame(action, answer) {
+    const sent = { type: answer.confirm ? "confirm" : "reject", action: action.id };
+    if (answer.phrase !== undefined) sent.phrase = answer.phrase;
+    if (answer.reason !== undefined) sent.reason = answer.reason;
+    return sent;
+  }
+
+  window.AssistantApprovals = { card: card, mount: mount, frame: frame, preview: preview, remaining: remaining };
 })();

@@ -370,10 +370,7 @@
   }
 
   function decide(action, answer) {
-    const frame = { type: answer.confirm ? "confirm" : "reject", action: action.id };
-    if (answer.phrase !== undefined) frame.phrase = answer.phrase;
-    if (answer.reason !== undefined) frame.reason = answer.reason;
-    if (!send(frame)) return false;
+    if (!send(AssistantApprovals.frame(action, answer))) return false;
     removeApproval(action.id);
     return true;
   }

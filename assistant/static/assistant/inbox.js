@@ -29,10 +29,7 @@
       say("Not connected yet; try again in a moment.");
       return false;
     }
-    const frame = { type: answer.confirm ? "confirm" : "reject", action: action.id };
-    if (answer.phrase !== undefined) frame.phrase = answer.phrase;
-    if (answer.reason !== undefined) frame.reason = answer.reason;
-    socket.send(JSON.stringify(frame));
+    socket.send(JSON.stringify(AssistantApprovals.frame(action, answer)));
     answered.push(action.id);
     return true;
   }
