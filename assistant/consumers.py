@@ -15,6 +15,7 @@ from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.layers import get_channel_layer
 from channels.utils import await_many_dispatch
+from django.db.models import Count
 from django.utils.functional import LazyObject, empty
 
 from . import events
@@ -396,6 +397,7 @@ class AssistantConsumer(AsyncWebsocketConsumer):
             frames = [frame for frame in frames if frame["runId"] not in finished]
         for frame in frames:
             await self.send_frame(frame)
+        await self.send_pending_actions(conversation)
         marker = events.custom("assistant.resumed", {"last": replay.last})
         await self.send_frame(events.frame(marker, thread_id=thread_id, run_id=None))
 
@@ -418,12 +420,19 @@ class AssistantConsumer(AsyncWebsocketConsumer):
 
     # -- helpers ----------------------------------------------------------------------------
 
-    async def send_pending_actions(self) -> None:
-        actions = await sync_to_async(_waiting_actions)(self.user)
-        if actions:
+    async def send_pending_actions(self, conversation: Conversation | None = None) -> None:
+        """The conversation's waiting actions in full, and how many wait where (counts only).
+
+        Sent on connect (no conversation yet) and on every resume, before its marker; nothing
+        when nothing waits anywhere.
+        """
+        actions, waiting = await sync_to_async(_waiting_actions)(self.user, conversation)
+        if actions or waiting:
             frame = events.frame(
-                events.custom("assistant.pending_actions", {"actions": actions}),
-                thread_id="",
+                events.custom(
+                    "assistant.pending_actions", {"actions": actions, "waiting": waiting}
+                ),
+                thread_id=str(conversation.pk) if conversation is not None else "",
                 run_id=None,
             )
             await self.send_frame(frame)
@@ -433,8 +442,20 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         return client[0] if client else None
 
 
-def _waiting_actions(user: Any) -> list[dict[str, Any]]:
-    return [action.shown() for action in PendingAction.objects.owned_by(user).waiting()]
+def _waiting_actions(
+    user: Any, conversation: Conversation | None
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The conversation's own waiting actions (oldest first), and how many the user's inbox holds
+    per conversation ("" for those in none, or in someone else's)."""
+    answerable = PendingAction.objects.answerable_by(user)
+    waiting: dict[str, int] = {}
+    for row in answerable.values("conversation", "user").annotate(count=Count("id")).order_by():
+        key = str(row["conversation"]) if row["conversation"] and row["user"] == user.pk else ""
+        waiting[key] = waiting.get(key, 0) + row["count"]
+    if conversation is None:
+        return [], waiting
+    own = answerable.owned_by(user).filter(conversation=conversation).select_related("user")
+    return [action.shown() for action in own.order_by("created_at")], waiting
 
 
 def _stored_messages(conversation: Any) -> tuple[list[Message], bool]:

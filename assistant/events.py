@@ -81,7 +81,12 @@ def confirmation_interrupt(
         message=shown["summary"],
         tool_call_id=tool_call_id,
         expires_at=shown["expires_at"],
-        metadata={"operation": shown["operation"], "entities": entities},
+        # the approval card's facts (shown()), with the entities as the call's record shows them
+        metadata={
+            name: value
+            for name, value in {**shown, "entities": entities}.items()
+            if name not in ("id", "summary", "expires_at")
+        },
     )
 
 

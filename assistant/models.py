@@ -20,6 +20,7 @@ from .exceptions import (
     PhraseMismatch,
     ReasonRequired,
     SecondPersonRequired,
+    UnknownOperation,
 )
 from .redaction import redacted
 from .registry import RiskLevel, registry
@@ -146,6 +147,13 @@ class PendingActionQuerySet(models.QuerySet["PendingAction"]):
         ]
         return others.filter(approver_permission__in=held)
 
+    def answerable_by(self, user: Any) -> PendingActionQuerySet:
+        """The waiting actions a user's inbox lists: their own, and others' two-person ones
+        whose approver permission they hold (the server decides who may approve)."""
+        if not user.is_active:
+            return self.none()
+        return self.waiting().owned_by(user) | self.awaiting_approval_by(user)
+
     def expire_due(self) -> int:
         """Close the actions whose time ran out unanswered, keeping only redacted entities."""
         now = timezone.now()
@@ -262,16 +270,42 @@ class PendingAction(models.Model):
         """The entities as they may be shown (sensitive values redacted)."""
         return redacted(self.operation, self.entities, site if site is not None else registry)
 
+    @property
+    def risk(self) -> str:
+        """The risk class of the tool asked for ("" once the tool is gone from the registry)."""
+        try:
+            return registry.get(self.operation).risk_level.value
+        except UnknownOperation:
+            return ""
+
+    @property
+    def confirm_mode(self) -> str:
+        """How an approver says yes: "type" the phrase, "hold" the button (dangerous), or "click"."""
+        if self.confirm_phrase:
+            return "type"
+        return "hold" if self.risk == RiskLevel.DANGEROUS else "click"
+
+    @property
+    def requested_by(self) -> str:
+        return str(self.user.get_username())
+
     def shown(self) -> dict[str, Any]:
-        """The action as a client is told of it while it waits (the websocket's record of it)."""
+        """The action as every client is told of it while it waits: all an approval card needs."""
         return {
             "id": str(self.pk),
             "operation": self.operation,
             "summary": self.summary,
             "entities": self.shown_entities(),
-            "conversation": str(self.conversation_id) if self.conversation_id else None,
-            "expires_at": self.expires_at.isoformat(),
+            "preview": self.preview,
+            "risk": self.risk,
             "policy": self.policy,
+            "confirm": self.confirm_mode,
+            # the object's name, not a secret: the card compares what is typed (empty unless "type")
+            "confirm_phrase": self.confirm_phrase,
+            "requested_by": self.requested_by,
+            "conversation": str(self.conversation_id) if self.conversation_id else None,
+            "created_at": self.created_at.isoformat(),
+            "expires_at": self.expires_at.isoformat(),
         }
 
     def forgotten(self, site: Any = None) -> dict[str, Any]:

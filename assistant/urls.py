@@ -8,6 +8,7 @@ app_name = "assistant"
 
 urlpatterns = [
     path("", views.chat, name="chat"),
+    path("approvals/", views.approvals, name="approvals"),
     path("login/", views.LoginView.as_view(), name="login"),
     path("logout/", views.LogoutView.as_view(), name="logout"),
     path("api/", include("assistant.api.urls")),

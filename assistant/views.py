@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
@@ -9,6 +11,7 @@ from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
 
 from .conf import assistant_settings
+from .models import PendingAction
 
 # Scripts and styles from this origin only (no inline script, no eval), nothing framed, posted or
 # fetched elsewhere: text a tool echoes into the page can never run. 'self' covers the same-origin
@@ -47,6 +50,40 @@ def chat(request: HttpRequest) -> HttpResponse:
             "websocket_path": assistant_settings.WEBSOCKET_PATH,
             "max_length": assistant_settings.MAX_MESSAGE_LENGTH,
             "admin_url": admin_url(request),
+        },
+    )
+    response.headers["Content-Security-Policy"] = CHAT_CONTENT_SECURITY_POLICY
+    return response
+
+
+@login_required
+def approvals(request: HttpRequest) -> HttpResponse:
+    """The approvals inbox: every action waiting for this user's answer, answerable here.
+
+    ``?action=<id>`` picks one out (the admin links there); an id that is not waiting for this
+    user, or no id at all, just says so.
+    """
+    actions = list(
+        PendingAction.objects.answerable_by(request.user)
+        .select_related("user", "conversation")
+        .order_by("created_at")
+    )
+    wanted = request.GET.get("action", "")
+    try:
+        focused = str(uuid.UUID(wanted)) if wanted else ""
+    except ValueError:
+        focused = None
+    if focused and focused not in {str(action.pk) for action in actions}:
+        focused = None
+    response = render(
+        request,
+        "assistant/approvals.html",
+        {
+            "actions": actions,
+            "cards": [action.shown() for action in actions],
+            "focused": focused,
+            "missing": focused is None,
+            "websocket_path": assistant_settings.WEBSOCKET_PATH,
         },
     )
     response.headers["Content-Security-Policy"] = CHAT_CONTENT_SECURITY_POLICY

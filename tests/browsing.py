@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Page
+    from playwright.sync_api import Locator, Page
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -21,8 +21,31 @@ CHROMIUM_ARGS = [
 ]
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "browser"
 WAIT = 10_000  # ms: the longest any step may take before the test fails
+# an init script: what the page's Content-Security-Policy refused lands in window.__violations
+RECORD_VIOLATIONS = """
+window.__violations = [];
+document.addEventListener("securitypolicyviolation", (event) => {
+  window.__violations.push(event.violatedDirective + " " + event.blockedURI);
+});
+"""
 
 
 def send(page: Page, text: str) -> None:
     page.get_by_placeholder("Message the assistant…").fill(text)
     page.get_by_role("button", name="Send").click()
+
+
+def approve(page: Page, approval: Locator) -> None:
+    """Approve as a person would: type the phrase when asked, hold a dangerous action's button."""
+    approval.locator("button.primary").wait_for()
+    phrase = approval.locator("label.phrase")
+    if phrase.count():
+        phrase.locator("input").fill(phrase.locator("code").inner_text())
+    held = approval.get_by_role("button", name="Hold to approve")
+    if held.count():
+        held.hover()
+        page.mouse.down()
+        page.wait_for_timeout(1200)
+        page.mouse.up()
+    else:
+        approval.get_by_role("button", name="Approve").click()

@@ -10,7 +10,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from assistant.models import AuditEntry, Message
-from tests.browsing import ARTIFACTS, send
+from tests.browsing import ARTIFACTS, approve, send
 from tests.testapp.models import Order
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -89,7 +89,7 @@ def test_a_dangerous_action_waits_for_approval_then_runs(
     screenshot(page, "2-approval")
     assert Order.objects.get(pk=order.pk).status == "open"
 
-    approval.get_by_role("button", name="Approve").click()
+    approve(page, approval)  # (dangerous: the button is held, not clicked)
 
     expect(assistant_bubbles(page).last.locator(".text")).to_have_text(
         f"Cancelled order {order.pk}"

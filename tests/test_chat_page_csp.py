@@ -8,14 +8,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from tests.browsing import send
-
-RECORD_VIOLATIONS = """
-window.__violations = [];
-document.addEventListener("securitypolicyviolation", (event) => {
-  window.__violations.push(event.violatedDirective + " " + event.blockedURI);
-});
-"""
+from tests.browsing import RECORD_VIOLATIONS, send
 
 
 def directives(policy: str) -> dict[str, str]:

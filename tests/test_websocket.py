@@ -206,7 +206,17 @@ async def test_a_dangerous_tool_ends_the_run_with_an_interrupt_for_its_pending_a
     assert interrupt["metadata"] == {
         "operation": "cancel_order",
         "entities": {"order_id": order.pk},
+        "preview": None,
+        "risk": "dangerous",
+        "policy": "confirm",
+        "confirm": "hold",
+        "confirm_phrase": "",
+        "requested_by": "clerk",
+        "conversation": finished["threadId"],
+        "created_at": action.created_at.isoformat(),
     }
+    assert interrupt["message"] == action.summary
+    assert interrupt["expiresAt"] == action.expires_at.isoformat()
     assert (action.status, action.user_id, str(action.conversation_id)) == (
         "pending",
         clerk.pk,
@@ -289,27 +299,56 @@ async def test_reject_is_audited_cancelled_and_runs_nothing(open_socket, clerk):
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_pending_approvals_are_resent_on_connect(open_socket, clerk):
+async def test_a_new_socket_is_told_only_how_many_approvals_wait_where(open_socket, clerk):
     order = await Order.objects.acreate(reference="ORD-1")
     first = await open_socket(clerk)
     asked = await request_cancel_order(first, order)
-    action = await PendingAction.objects.aget()
+    await adispatch("cancel_order", {"order_id": order.pk}, user=clerk)  # in no conversation
 
     second = await open_socket(clerk)
 
     frame = await receive(second)
     assert kind(frame) == "CUSTOM assistant.pending_actions"
-    (resent,) = frame["value"]["actions"]
-    assert resent == {
-        "id": str(action.pk),
-        "operation": "cancel_order",
-        "summary": action.summary,
-        "entities": {"order_id": order.pk},
-        "conversation": asked[0]["threadId"],
-        "expires_at": action.expires_at.isoformat(),
-        "policy": "confirm",
-    }
+    assert frame["threadId"] == ""
+    assert frame["value"] == {"actions": [], "waiting": {asked[0]["threadId"]: 1, "": 1}}
     assert await second.receive_nothing(timeout=0.1)
+
+
+async def receive_resumed(socket: Any) -> list[dict[str, Any]]:
+    frames = [await receive(socket)]
+    while kind(frames[-1]) != "CUSTOM assistant.resumed":
+        frames.append(await receive(socket))
+    return frames
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_resumed_conversation_gets_its_own_approval_cards_and_counts_of_the_rest(
+    open_socket, clerk
+):
+    order = await Order.objects.acreate(reference="ORD-1")
+    first = await open_socket(clerk)
+    asked = await request_cancel_order(first, order)
+    thread = asked[0]["threadId"]
+    await send(first, type="message", text="ping")
+    other = (await receive_run(first))[0]["threadId"]
+    assert other != thread  # (a message without a conversation starts a new one)
+    action = await PendingAction.objects.aget()
+    second = await open_socket(clerk)
+    await receive(second)  # the counts on connect
+
+    await send(second, type="resume", conversation=thread, after=0)
+    here = await receive_resumed(second)
+    await send(second, type="resume", conversation=other, after=0)
+    there = await receive_resumed(second)
+
+    (cards,) = [frame for frame in here if kind(frame) == "CUSTOM assistant.pending_actions"]
+    assert cards["threadId"] == thread
+    assert cards["value"] == {
+        "actions": [await sync_to_async(action.shown)()],
+        "waiting": {thread: 1},
+    }
+    (counts,) = [frame for frame in there if kind(frame) == "CUSTOM assistant.pending_actions"]
+    assert (counts["threadId"], counts["value"]) == (other, {"actions": [], "waiting": {thread: 1}})
 
 
 @pytest.mark.django_db(transaction=True)

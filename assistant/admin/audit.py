@@ -26,7 +26,7 @@ from django.utils.html import format_html, format_html_join
 
 from ..models import AuditEntry, AuditQuerySet, Job
 from ..registry import registry
-from .base import ReadOnlyAdmin, badge
+from .base import ReadOnlyAdmin, badge, change_link
 
 EXPORT_CHUNK = 2000  # audit rows read per query while exporting
 
@@ -220,10 +220,7 @@ class AuditEntryAdmin(ReadOnlyAdmin):
 
     @admin.display(description="conversation")
     def conversation_link(self, entry: AuditEntry) -> str:
-        if entry.conversation_id is None:
-            return "-"
-        url = reverse("admin:assistant_conversation_change", args=[entry.conversation_id])
-        return format_html('<a href="{}">{}</a>', url, str(entry.conversation_id)[:8])
+        return change_link("conversation", entry.conversation_id, str(entry.conversation_id)[:8])
 
     @admin.display(description="entities (redacted)")
     def entities_json(self, entry: AuditEntry) -> str:
@@ -231,10 +228,7 @@ class AuditEntryAdmin(ReadOnlyAdmin):
 
     @admin.display(description="pending action")
     def pending_action_link(self, entry: AuditEntry) -> str:
-        if entry.pending_action_id is None:
-            return "-"
-        url = reverse("admin:assistant_pendingaction_change", args=[entry.pending_action_id])
-        return format_html('<a href="{}">{}</a>', url, entry.pending_action_id)
+        return change_link("pendingaction", entry.pending_action_id, entry.pending_action_id)
 
     @admin.display(description="jobs started")
     def job_links(self, entry: AuditEntry) -> str:

@@ -6,6 +6,7 @@ from typing import Any
 
 from django.contrib import admin
 from django.http import HttpRequest
+from django.urls import reverse
 from django.utils.html import format_html
 
 DECISION_COLOURS = {
@@ -30,6 +31,14 @@ def badge(value: str) -> str:
         colour,
         value.replace("_", " "),
     )
+
+
+def change_link(model_name: str, pk: Any, text: Any) -> str:
+    """A link to one of the app's rows in the admin ("-" when there is none)."""
+    if pk is None:
+        return "-"
+    url = reverse(f"admin:assistant_{model_name}_change", args=[pk])
+    return format_html('<a href="{}">{}</a>', url, text)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]

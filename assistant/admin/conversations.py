@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from ..models import Conversation, Message, PendingAction
-from .base import ReadOnlyAdmin, badge
+from .base import ReadOnlyAdmin, badge, change_link
 
 
 class MessageInline(admin.TabularInline):  # type: ignore[type-arg]
@@ -180,14 +180,16 @@ class PendingActionAdmin(ReadOnlyAdmin):
         "created_at",
         "user",
         "operation",
+        "summary_link",
         "coloured_status",
         "expires_at",
         "decided_by",
         "decided_at",
+        "conversation_link",
     ]
     list_filter = [WaitingFilter, ("status", admin.ChoicesFieldListFilter), "operation"]
     search_fields = ["=operation", "=user__username", "=id"]
-    list_select_related = ["user", "decided_by"]
+    list_select_related = ["user", "decided_by", "conversation"]
     fields = [
         "id",
         "user",
@@ -201,6 +203,19 @@ class PendingActionAdmin(ReadOnlyAdmin):
         "conversation",
     ]
     readonly_fields = list(fields)  # type: ignore[arg-type]
+
+    @admin.display(description="summary")
+    def summary_link(self, action: PendingAction) -> str:
+        """The summary its approval card shows; a waiting one links to the approvals inbox."""
+        text = action.summary or action.operation
+        if action.status != Status.PENDING or action.is_expired:
+            return text
+        url = reverse("assistant:approvals") + f"?action={action.pk}"
+        return format_html('<a href="{}">{}</a>', url, text)
+
+    @admin.display(description="conversation")
+    def conversation_link(self, action: PendingAction) -> str:
+        return change_link("conversation", action.conversation_id, action.conversation)
 
     @admin.display(description="status", ordering="status")
     def coloured_status(self, action: PendingAction) -> str:

@@ -97,7 +97,21 @@ class ToolCatalogSerializer(serializers.Serializer[Any]):
 
 
 class PendingActionSerializer(serializers.ModelSerializer[PendingAction]):
-    entities = serializers.SerializerMethodField()
+    """A pending action as every surface shows it (``PendingAction.shown``), with its state."""
+
+    entities = serializers.SerializerMethodField(help_text="sensitive values redacted")
+    preview = serializers.JSONField(
+        read_only=True, allow_null=True, help_text='{"kind": "changes"|"rows"|"list"|"text", ...}'
+    )
+    risk = serializers.CharField(read_only=True, help_text="safe, guarded or dangerous")
+    confirm = serializers.ChoiceField(
+        choices=["type", "hold", "click"],
+        source="confirm_mode",
+        read_only=True,
+        help_text="type the confirm phrase, hold the button, or click",
+    )
+    confirm_phrase = serializers.CharField(read_only=True)
+    requested_by = serializers.CharField(read_only=True, help_text="the requester's username")
 
     class Meta:
         model = PendingAction
@@ -106,6 +120,12 @@ class PendingActionSerializer(serializers.ModelSerializer[PendingAction]):
             "operation",
             "entities",
             "summary",
+            "preview",
+            "risk",
+            "policy",
+            "confirm",
+            "confirm_phrase",
+            "requested_by",
             "status",
             "conversation",
             "created_at",

@@ -355,7 +355,7 @@ class ActionListView(AssistantAPIView):
             return self.paginated(
                 PendingAction.objects.awaiting_approval_by(request.user), PendingActionSerializer
             )
-        actions = PendingAction.objects.owned_by(request.user)
+        actions = PendingAction.objects.owned_by(request.user).select_related("user")
         wanted = request.query_params.get("status")
         if wanted == PendingAction.Status.PENDING:
             actions = actions.waiting()

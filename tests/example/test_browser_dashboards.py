@@ -12,7 +12,7 @@ from playwright.sync_api import Page, expect
 
 from assistant.models import AuditEntry, Job, ValidationRun
 from dashboards.models import Backup, Dashboard
-from tests.browsing import ARTIFACTS, send
+from tests.browsing import ARTIFACTS, approve, send
 from tests.example.dashboards_world import World
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -81,7 +81,7 @@ def test_an_admins_session_on_the_dashboards(
     assert target.version == 1
     assert not Job.objects.filter(operation="deploy_dashboard").exists()
 
-    approval.get_by_role("button", name="Approve").click()
+    approve(page, approval)
 
     expect(reply(page, "Deploying #")).to_be_visible()
     expect(tool_card(page, "deploy_dashboard").locator(".badge")).to_have_text("confirmed")
@@ -138,7 +138,7 @@ def test_the_operator_is_stopped_at_production(
     page = open_chat(world.operator, **DESKTOP)
 
     send(page, "deploy dashboard=web-traffic source=staging target=prod")
-    page.locator(".approval").get_by_role("button", name="Approve").click()
+    approve(page, page.locator(".approval"))
 
     expect(tool_card(page, "deploy_dashboard").locator(".badge")).to_have_text("denied")
     idle(page)

@@ -9,6 +9,7 @@
     messages: $("messages"), empty: $("empty"), approvals: $("approvals"), notice: $("notice"),
     input: $("input"), send: $("send"), stop: $("stop"), status: $("status"), title: $("title"),
     conversations: $("conversations"), sidebar: $("sidebar"),
+    elsewhere: $("approvals-elsewhere"),
   };
   const state = {
     socket: null,
@@ -19,6 +20,8 @@
     retry: 0,
     pending: new Map(),   // action id -> approval element
     sending: null,        // the bubble of a message sent but not yet echoed by the server
+    waiting: {},          // conversation id ("" for none) -> how many approvals wait there
+    approvalsTold: false, // this resume brought its conversation's approvals
   };
 
   function el(tag, className, text) {
@@ -126,7 +129,7 @@
     },
     RUN_FINISHED(frame) {
       const outcome = frame.outcome || {};
-      if (outcome.type === "interrupt") outcome.interrupts.forEach(addApproval);
+      if (outcome.type === "interrupt") outcome.interrupts.forEach((interrupt) => addApproval(fromInterrupt(interrupt)));
       if (outcome.type === "cancelled") {
         if (frame.result) markMessage(frame.result.message, "stopped");
         settleCards("cancelled");
@@ -156,7 +159,11 @@
         const note = el("p", "older", "Only the last " + value.messages + " messages are shown.");
         note.id = "older";
         ui.messages.prepend(note);
+      } else if (frame.name === "assistant.pending_actions") {
+        showApprovals(value);
       } else if (frame.name === "assistant.resumed") {
+        if (!state.approvalsTold) showApprovals({ actions: [], waiting: {} });  // none waits anywhere
+        state.approvalsTold = false;
         state.lastSeq[frame.threadId] = value.last;
       } else if (frame.name === "assistant.job") {
         jobCard(value);
@@ -166,12 +173,7 @@
 
   function handleGlobal(frame) {
     const value = frame.value || {};
-    if (frame.name === "assistant.pending_actions") {
-      value.actions.forEach((action) => addApproval({
-        id: action.id, message: action.summary, expiresAt: action.expires_at,
-        metadata: { operation: action.operation, entities: action.entities },
-      }));
-    }
+    if (frame.name === "assistant.pending_actions") setWaiting(value.waiting);
   }
 
   // Errors that mean the message being sent was refused before it was stored.
@@ -332,29 +334,57 @@
     scrollDown();
   }
 
-  function addApproval(interrupt) {
-    if (state.pending.has(interrupt.id)) return;
-    const meta = interrupt.metadata || {};
-    const card = el("div", "approval");
-    card.dataset.action = interrupt.id;
-    const text = el("p", "", interrupt.message || ("Confirm " + meta.operation + "?"));
-    const buttons = el("div", "buttons");
-    const approve = el("button", "primary", "Approve");
-    const reject = el("button", "ghost", "Reject");
-    approve.type = reject.type = "button";
-    approve.onclick = () => decide(interrupt.id, "confirm", card);
-    reject.onclick = () => decide(interrupt.id, "reject", card);
-    buttons.append(approve, reject);
-    card.append(text, buttons);
-    ui.approvals.append(card);
-    state.pending.set(interrupt.id, card);
+  // ---- approvals: the current conversation's cards (approvals.js), a count of the others' ----
+
+  function fromInterrupt(interrupt) {
+    return Object.assign({}, interrupt.metadata, {
+      id: interrupt.id, summary: interrupt.message, expires_at: interrupt.expiresAt,
+    });
   }
 
-  function decide(actionId, type, card) {
-    if (send({ type: type, action: actionId })) {
-      card.querySelectorAll("button").forEach((button) => { button.disabled = true; });
-      removeApproval(actionId);
-    }
+  function addApproval(action) {
+    if (state.pending.has(action.id)) return;
+    const card = AssistantApprovals.card(action, {
+      user: root.dataset.user,
+      decide: decide,
+      expired: () => { state.pending.delete(action.id); countHere(); },
+    });
+    if (AssistantApprovals.mount(ui.approvals, card)) state.pending.set(action.id, card);
+    countHere();
+  }
+
+  // The count of this conversation follows its cards (it is shown once another one is open).
+  function countHere() {
+    if (state.conversation) state.waiting[state.conversation] = state.pending.size;
+    showElsewhere();
+  }
+
+  // The server's list for this conversation replaces the cards shown (others answered them).
+  function showApprovals(value) {
+    state.approvalsTold = true;
+    const waiting = new Set(value.actions.map((action) => action.id));
+    Array.from(state.pending.keys()).forEach((id) => { if (!waiting.has(id)) removeApproval(id); });
+    value.actions.forEach(addApproval);
+    setWaiting(value.waiting);
+  }
+
+  function setWaiting(waiting) {
+    state.waiting = waiting || {};
+    showElsewhere();
+  }
+
+  function showElsewhere() {
+    let count = 0;
+    Object.keys(state.waiting).forEach((id) => { if (id !== state.conversation) count += state.waiting[id]; });
+    const link = ui.elsewhere.querySelector("a");  // (the status region stays, so changes are read out)
+    link.hidden = !count;
+    link.textContent = count ? count + (count === 1 ? " approval" : " approvals") + " waiting" : "";
+  }
+
+  function decide(action, answer) {
+    if (!send(AssistantApprovals.frame(action, answer))) return false;
+    removeApproval(action.id);
+    return true;
   }
 
   function removeApproval(actionId) {
@@ -362,6 +392,7 @@
     if (card) {
       card.remove();
       state.pending.delete(actionId);
+      countHere();
     }
   }
 
@@ -395,9 +426,11 @@
       ui.messages.querySelectorAll(".bubble, #older").forEach((node) => node.remove());
       ui.empty.hidden = false;
       setRunning(null);
+      state.pending.forEach((card, actionId) => removeApproval(actionId));
       if (id) resume(id);
     }
     highlight();
+    showElsewhere();
   }
 
   function loadConversations() {
