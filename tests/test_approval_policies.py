@@ -582,6 +582,9 @@ async def test_websocket_two_person(settings, open_socket, clerk, lead, make_use
     assert (await PendingAction.objects.aget()).status == "pending"
 
     approver = await open_socket(lead)
+    # on connect the approver is told one action waits for them (their inbox's count)
+    hello = await receive(approver)
+    assert (hello["name"], hello["value"]["waiting"]) == ("assistant.pending_actions", {"": 1})
     await send(approver, type="confirm", action=interrupt["id"], reason="month end")
     frames = await receive_run(approver)
 
