@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from ..models import Conversation, Message, PendingAction
-from .base import ReadOnlyAdmin, badge
+from .base import ReadOnlyAdmin, badge, page_context
 
 
 class MessageInline(admin.TabularInline):  # type: ignore[type-arg]
@@ -94,9 +94,7 @@ class ConversationAdmin(ReadOnlyAdmin):
         per_day = _summed(spent.annotate(day=TruncDate("created_at")).values("day"), "day")
         per_user = _summed(spent.values("conversation__user__username"), "-total")[:50]
         context = {
-            **self.admin_site.each_context(request),
-            "title": f"Language-model usage, last {USAGE_DAYS} days",
-            "opts": self.model._meta,
+            **page_context(self, request, f"Language-model usage, last {USAGE_DAYS} days"),
             "per_day": per_day,
             "per_user": per_user,
             "chart": usage_chart(per_day),
