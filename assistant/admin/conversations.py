@@ -52,7 +52,7 @@ class MessageInline(admin.TabularInline):  # type: ignore[type-arg]
 class ConversationAdmin(ReadOnlyAdmin):
     list_display = ["title", "user", "message_count", "tokens", "updated_at", "audit_link"]
     search_fields = ["title", "=user__username", "=id"]
-    fields = ["id", "user", "title", "created_at", "updated_at", "tokens", "audit_link"]
+    fields = ["id", "user", "title", "created_at", "updated_at", "token_usage", "audit_link"]
     readonly_fields = list(fields)  # type: ignore[arg-type]
     inlines = [MessageInline]
     list_select_related = ["user"]
@@ -77,6 +77,20 @@ class ConversationAdmin(ReadOnlyAdmin):
     def tokens(self, conversation: Any) -> str:
         spent = getattr(conversation, "tokens", None)
         return f"{spent:,}" if spent else "-"
+
+    @admin.display(description="LLM tokens")
+    def token_usage(self, conversation: Conversation) -> str:
+        """The conversation's model turns and their tokens: total, prompt and completion."""
+        spent = _summed(
+            conversation.messages.exclude(model="").values("conversation"), "conversation"
+        )
+        if not spent or not spent[0]["total"]:
+            return "-"
+        row = spent[0]
+        return (
+            f"{row['total']:,} ({row['prompt'] or 0:,} prompt + {row['completion'] or 0:,} "
+            f"completion, {row['turns']} model turn{'s' if row['turns'] != 1 else ''})"
+        )
 
     def get_urls(self) -> list[Any]:
         usage = self.admin_site.admin_view(self.usage_view)

@@ -1,4 +1,5 @@
-"""Every assistant admin page passes axe-core (light and dark) and fits a 1280 px screen."""
+"""Every assistant admin page passes axe-core (light and dark) and fits a 1280 px screen; a
+validation task runs from its page."""
 
 from __future__ import annotations
 
@@ -6,13 +7,12 @@ from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import pytest
-from django.test import Client
 from playwright.sync_api import Browser, Page, expect
 
-from assistant.models import AuditEntry, Message
+from assistant.models import AuditEntry, Message, ValidationRun
 from tests.admin.pages import AUDIT, CHANGE_PAGES, CONVERSATIONS, INVENTORY, RUNS, TASKS
 from tests.axe import described, violations
-from tests.browsing import ARTIFACTS, WAIT
+from tests.browsing import ARTIFACTS, signed_in_context
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -37,21 +37,11 @@ def open_admin(
     browser: Browser, asgi_live_server: str, superuser: Any, request: pytest.FixtureRequest
 ) -> Iterator[Callable[..., Page]]:
     """An admin page at 1280 by 800, signed in as the superuser through a session cookie."""
-    client = Client()
-    client.force_login(superuser)
     pages: list[Page] = []
 
     def open_(path: str, **options: Any) -> Page:
-        context = browser.new_context(viewport=SCREEN, **options)
-        context.set_default_timeout(WAIT)
-        context.add_cookies(
-            [
-                {
-                    "name": "sessionid",
-                    "value": client.cookies["sessionid"].value,
-                    "url": asgi_live_server,
-                }
-            ]
+        context = signed_in_context(
+            browser, asgi_live_server, superuser, viewport=SCREEN, **options
         )
         page = context.new_page()
         pages.append(page)
@@ -123,3 +113,19 @@ def test_the_tool_inventory_has_breadcrumbs_and_fits_a_1280_pixel_screen(
     expect(page.locator("tr.tool-row").first).to_be_visible()
     assert scroll_width(page) <= SCREEN["width"]
     page.screenshot(path=str(ARTIFACTS / "admin-inventory-1280.png"), full_page=True)
+
+
+def test_a_validation_task_runs_from_its_page(
+    open_admin: Callable[..., Page], world: dict[str, Any]
+) -> None:
+    task = world["task"]
+    page = open_admin(f"{TASKS}{task.pk}/change/")
+
+    page.get_by_role("button", name="Run now").click()
+
+    run = ValidationRun.objects.filter(task=task).latest("pk")
+    expect(page.locator(".messagelist .success")).to_have_text(f"Started run {run.pk} of “Access”.")
+    expect(page).to_have_url(page.url.split("/admin/")[0] + f"{TASKS}{task.pk}/change/")
+    page.screenshot(path=str(ARTIFACTS / "admin-run-now.png"), full_page=True)
+    assert run.triggered_by == "user"
+    assert AuditEntry.objects.filter(operation="validation_run", source="admin").count() == 1
