@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Locator, Page
+    from playwright.sync_api import Browser, BrowserContext, Locator, Page
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -49,3 +49,16 @@ def approve(page: Page, approval: Locator) -> None:
         page.mouse.up()
     else:
         approval.get_by_role("button", name="Approve").click()
+
+
+def signed_in_context(browser: Browser, server: str, user: Any, **options: Any) -> BrowserContext:
+    """A browser context (``options`` as for ``new_context``) holding ``user``'s session cookie."""
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    context = browser.new_context(**options)
+    context.set_default_timeout(WAIT)
+    cookie = {"name": "sessionid", "value": client.cookies["sessionid"].value, "url": server}
+    context.add_cookies([cookie])
+    return context

@@ -252,28 +252,15 @@ def open_chat(
     browser: Any, asgi_live_server: str, request: pytest.FixtureRequest
 ) -> Iterator[Callable[..., Any]]:
     """The chat page, signed in as ``user`` through a session cookie, once it is connected."""
-    from django.test import Client
     from playwright.sync_api import expect
 
-    from tests.browsing import ARTIFACTS, WAIT
+    from tests.browsing import ARTIFACTS, signed_in_context
 
     contexts: list[Any] = []
 
     def open_page(user: Any, **context_options: Any) -> Any:
-        client = Client()
-        client.force_login(user)
-        context = browser.new_context(**context_options)
+        context = signed_in_context(browser, asgi_live_server, user, **context_options)
         contexts.append(context)
-        context.set_default_timeout(WAIT)
-        context.add_cookies(
-            [
-                {
-                    "name": "sessionid",
-                    "value": client.cookies["sessionid"].value,
-                    "url": asgi_live_server,
-                }
-            ]
-        )
         page = context.new_page()
         page.goto(f"{asgi_live_server}/assistant/")
         expect(page.locator("#status")).to_have_text("connected")

@@ -106,7 +106,7 @@ def test_the_admin_shows_tokens_per_conversation_per_day_and_per_user(use_llm, s
 
     assert '<td class="field-tokens">120</td>' in changelist  # one turn per conversation
     assert "Language-model usage" in changelist
-    assert "120" in detail.content.decode()
+    assert "120 (100 prompt + 20 completion, 1 model turn)" in detail.content.decode()
     assert usage.status_code == 200
     page = usage.content.decode()
     assert "<svg" in page

@@ -1,9 +1,10 @@
-"""What every assistant admin page shares: read-only pages and coloured status badges."""
+"""What every assistant admin page shares: read-only pages, coloured status badges, page context."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import django
 from django.contrib import admin
 from django.http import HttpRequest
 from django.urls import reverse
@@ -50,3 +51,17 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+BREADCRUMBS_AS_LIST = django.VERSION >= (6, 0)  # the admin drew them as a <div> before
+
+
+def page_context(model_admin: admin.ModelAdmin, request: HttpRequest, title: str) -> dict[str, Any]:  # type: ignore[type-arg]
+    """What an app's own admin page renders with: the site's context, the model, breadcrumbs."""
+    return {
+        **model_admin.admin_site.each_context(request),
+        "title": title,
+        "opts": model_admin.model._meta,
+        "media": model_admin.media,
+        "breadcrumbs_as_list": BREADCRUMBS_AS_LIST,
+    }

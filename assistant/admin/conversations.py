@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from ..models import Conversation, Message, PendingAction
-from .base import ReadOnlyAdmin, badge, change_link
+from .base import ReadOnlyAdmin, badge, change_link, page_context
 
 
 class MessageInline(admin.TabularInline):  # type: ignore[type-arg]
@@ -52,7 +52,7 @@ class MessageInline(admin.TabularInline):  # type: ignore[type-arg]
 class ConversationAdmin(ReadOnlyAdmin):
     list_display = ["title", "user", "message_count", "tokens", "updated_at", "audit_link"]
     search_fields = ["title", "=user__username", "=id"]
-    fields = ["id", "user", "title", "created_at", "updated_at", "tokens", "audit_link"]
+    fields = ["id", "user", "title", "created_at", "updated_at", "token_usage", "audit_link"]
     readonly_fields = list(fields)  # type: ignore[arg-type]
     inlines = [MessageInline]
     list_select_related = ["user"]
@@ -78,6 +78,20 @@ class ConversationAdmin(ReadOnlyAdmin):
         spent = getattr(conversation, "tokens", None)
         return f"{spent:,}" if spent else "-"
 
+    @admin.display(description="LLM tokens")
+    def token_usage(self, conversation: Conversation) -> str:
+        """The conversation's model turns and their tokens: total, prompt and completion."""
+        spent = _summed(
+            conversation.messages.exclude(model="").values("conversation"), "conversation"
+        )
+        if not spent or not spent[0]["total"]:
+            return "-"
+        row = spent[0]
+        return (
+            f"{row['total']:,} ({row['prompt'] or 0:,} prompt + {row['completion'] or 0:,} "
+            f"completion, {row['turns']} model turn{'s' if row['turns'] != 1 else ''})"
+        )
+
     def get_urls(self) -> list[Any]:
         usage = self.admin_site.admin_view(self.usage_view)
         return [
@@ -94,9 +108,7 @@ class ConversationAdmin(ReadOnlyAdmin):
         per_day = _summed(spent.annotate(day=TruncDate("created_at")).values("day"), "day")
         per_user = _summed(spent.values("conversation__user__username"), "-total")[:50]
         context = {
-            **self.admin_site.each_context(request),
-            "title": f"Language-model usage, last {USAGE_DAYS} days",
-            "opts": self.model._meta,
+            **page_context(self, request, f"Language-model usage, last {USAGE_DAYS} days"),
             "per_day": per_day,
             "per_user": per_user,
             "chart": usage_chart(per_day),

@@ -13,11 +13,15 @@ from ..catalog import inventory_row
 from ..models import Tool
 from ..permissions import explain, required_permissions
 from ..registry import registry
+from .base import page_context
 
 
 @admin.register(Tool)
 class ToolInventoryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     """Every registered tool, and which of them a chosen user sees (and why not)."""
+
+    class Media:
+        css = {"all": ["assistant/admin.css"]}
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -57,9 +61,7 @@ class ToolInventoryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 row["visible"] = not reasons.get(tool.operation)
             rows.append(row)
         context = {
-            **self.admin_site.each_context(request),
-            "title": "Tool inventory",
-            "opts": self.model._meta,
+            **page_context(self, request, "Tool inventory"),
             "rows": rows,
             "username": username,
             "subject": subject,

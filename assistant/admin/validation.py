@@ -6,9 +6,12 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.core.exceptions import PermissionDenied
+from django.db.models import Case, QuerySet, When
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
+from django.views.decorators.http import require_POST
 from guardian.admin import GuardedModelAdmin
 
 from ..confirmation import record_action
@@ -25,6 +28,18 @@ RUN_STATUS_OF: dict[str, str] = {
 }
 
 
+# What needs a look comes first: failures, then warnings, then passes.
+FAILURES_FIRST = Case(
+    When(outcome=Outcome.FAIL, then=0), When(outcome=Outcome.WARN, then=1), default=2
+)
+
+
+def chosen_outcome(request: HttpRequest) -> str:
+    """The outcome the run page's findings are filtered to (``?outcome=fail``), or "" for all."""
+    outcome = request.GET.get("outcome", "")
+    return outcome if outcome in Outcome.values else ""
+
+
 class FindingInline(admin.TabularInline):  # type: ignore[type-arg]
     model = ValidationFinding
     fields = ["rule", "target_repr", "coloured_outcome", "message"]
@@ -34,6 +49,11 @@ class FindingInline(admin.TabularInline):  # type: ignore[type-arg]
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ValidationFinding]:
+        findings = super().get_queryset(request).order_by(FAILURES_FIRST, "id")
+        outcome = chosen_outcome(request)
+        return findings.filter(outcome=outcome) if outcome else findings
 
     @admin.display(description="outcome")
     def coloured_outcome(self, finding: ValidationFinding) -> str:
@@ -69,10 +89,24 @@ class ValidationRunAdmin(ReadOnlyAdmin):
         "finished_at",
     ]
     readonly_fields = list(fields)  # type: ignore[arg-type]
+    change_form_template = "admin/assistant/validationrun/change_form.html"
+
+    class Media:
+        css = {"all": ["assistant/admin.css"]}
 
     @admin.display(description="status", ordering="status")
     def coloured_status(self, run: ValidationRun) -> str:
         return badge(run.status)
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        context = {**(extra_context or {}), "outcome": chosen_outcome(request)}
+        return super().change_view(request, object_id, form_url, context)
 
 
 class ValidationTaskForm(forms.ModelForm):  # type: ignore[type-arg]
@@ -126,6 +160,11 @@ class ValidationTaskForm(forms.ModelForm):  # type: ignore[type-arg]
 @admin.register(ValidationTask)
 class ValidationTaskAdmin(GuardedModelAdmin):
     form = ValidationTaskForm
+    change_form_template = "admin/assistant/validationtask/change_form.html"  # type: ignore[misc]
+
+    class Media:
+        css = {"all": ["assistant/admin.css"]}
+
     list_display = ["name", "target", "schedule", "enabled", "last_run_at", "latest_status"]
     list_filter = ["enabled", "schedule"]
     search_fields = ["name"]
@@ -172,13 +211,54 @@ class ValidationTaskAdmin(GuardedModelAdmin):
     @admin.action(description="Run now", permissions=["run"])
     def run_now(self, request: HttpRequest, queryset: QuerySet[ValidationTask]) -> None:
         for task in queryset:
-            run = ValidationTaskService.trigger_run(
-                task, ValidationRun.Trigger.USER, user=request.user
-            )
-            record_action(
-                request, "validation_run", {"task": task.pk, "run": run.pk}, domain="validation"
-            )
+            self._run(request, task)
         self.message_user(request, f"Started {queryset.count()} run(s).", messages.SUCCESS)
 
-    def has_run_permission(self, request: HttpRequest) -> bool:
-        return bool(request.user.has_perm("assistant.run_validationtask"))
+    def has_run_permission(self, request: HttpRequest, obj: ValidationTask | None = None) -> bool:
+        """Global, or (guardian) for this one task: its owner may run it."""
+        perm = "assistant.run_validationtask"
+        return bool(request.user.has_perm(perm) or (obj and request.user.has_perm(perm, obj)))
+
+    def _run(self, request: HttpRequest, task: ValidationTask) -> ValidationRun:
+        """Enqueue a run as the API and the scheduler do, audited as the admin's action."""
+        run = ValidationTaskService.trigger_run(task, ValidationRun.Trigger.USER, user=request.user)
+        record_action(
+            request, "validation_run", {"task": task.pk, "run": run.pk}, domain="validation"
+        )
+        return run
+
+    def get_urls(self) -> list[Any]:
+        run = self.admin_site.admin_view(require_POST(self.run_view))  # CSRF-checked
+        return [
+            path("<path:object_id>/run/", run, name="assistant_validationtask_run"),
+            *super().get_urls(),  # type: ignore[no-untyped-call]
+        ]
+
+    def run_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The task page's Run now button: one run of this task, then back to its page."""
+        task = self.get_object(request, object_id)
+        if task is None:
+            raise Http404("No such validation task.")
+        if not (self.has_view_permission(request, task) and self.has_run_permission(request, task)):
+            raise PermissionDenied
+        run = self._run(request, task)
+        url = reverse("admin:assistant_validationrun_change", args=[run.pk])
+        started = format_html('Started <a href="{}">run {}</a> of “{}”.', url, run.pk, task.name)
+        self.message_user(request, started, messages.SUCCESS)
+        return HttpResponseRedirect(
+            reverse("admin:assistant_validationtask_change", args=[task.pk])
+        )
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        task = self.get_object(request, object_id)
+        context = {
+            **(extra_context or {}),
+            "can_run": bool(task and self.has_run_permission(request, task)),
+        }
+        return super().change_view(request, object_id, form_url, context)

@@ -1,4 +1,4 @@
-"""The admin tests' staff users, signed-in superuser client and audit history."""
+"""The admin tests' staff users, signed-in superuser client, audit history and one of every record."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 from django.test import Client
 
 from assistant.dispatch import dispatch
-from assistant.models import AuditEntry, Conversation
+from assistant.models import AuditEntry, Conversation, Job, ValidationFinding, ValidationRun
+from assistant.validation import ValidationTaskService
 from tests.admin.pages import SECRET, VIEW_EVERYTHING, History
 from tests.clients import client_for
 from tests.testapp.models import Order
@@ -58,3 +59,26 @@ def history(plain_user: Any, clerk: Any, keeper: Any) -> History:
         )
         entries[operation] = AuditEntry.objects.get(pk=outcome.audit_id)
     return History(conversation=conversation, entries=entries)
+
+
+@pytest.fixture
+def world(history: History, superuser: Any, clerk: Any) -> dict[str, Any]:
+    """One record of every kind the admin shows."""
+    task = ValidationTaskService.create_task(
+        name="Access", target="testapp.Order", rules=["tool_access_matrix"]
+    )
+    job = Job.objects.create(
+        operation="start_job", function="tests.testapp.jobs.count_orders", user=superuser
+    )
+    run = ValidationRun.objects.create(task=task, status="failed", failed=1, job=job)
+    ValidationFinding.objects.create(
+        run=run, rule="tool_access_matrix", outcome="fail", message="role 'x' does not exist"
+    )
+    return {
+        "entry": history.entries["approve_order"],
+        "conversation": history.conversation,
+        "action": history.entries["approve_order"].pending_action,
+        "job": job,
+        "task": task,
+        "run": run,
+    }

@@ -20,6 +20,14 @@ JOBS = "/admin/assistant/job/"
 RUNS = "/admin/assistant/validationrun/"
 TASKS = "/admin/assistant/validationtask/"
 INVENTORY = "/admin/assistant/tool/"
+CHANGE_PAGES = {  # a record of the ``world`` fixture → its changelist
+    "entry": AUDIT,
+    "conversation": CONVERSATIONS,
+    "action": APPROVALS,
+    "job": JOBS,
+    "task": TASKS,
+    "run": RUNS,
+}
 EXPORT_FIELDS = [
     "id",
     "created_at",

@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from assistant.models import AuditEntry, Job, ValidationFinding, ValidationRun
-from assistant.validation import ValidationTaskService
+from assistant.models import AuditEntry
 from tests.admin.pages import (
     ADMIN,
     APPROVALS,
     AUDIT,
+    CHANGE_PAGES,
     CONVERSATIONS,
     INVENTORY,
     JOBS,
@@ -112,39 +112,6 @@ def test_an_anonymous_visitor_is_sent_to_the_admin_login() -> None:
 
 
 # -- every page renders --------------------------------------------------------------------------
-
-
-@pytest.fixture
-def world(history: History, superuser: Any, clerk: Any) -> dict[str, Any]:
-    """One record of every kind the admin shows."""
-    task = ValidationTaskService.create_task(
-        name="Access", target="testapp.Order", rules=["tool_access_matrix"]
-    )
-    job = Job.objects.create(
-        operation="start_job", function="tests.testapp.jobs.count_orders", user=superuser
-    )
-    run = ValidationRun.objects.create(task=task, status="failed", failed=1, job=job)
-    ValidationFinding.objects.create(
-        run=run, rule="tool_access_matrix", outcome="fail", message="role 'x' does not exist"
-    )
-    return {
-        "entry": history.entries["approve_order"],
-        "conversation": history.conversation,
-        "action": history.entries["approve_order"].pending_action,
-        "job": job,
-        "task": task,
-        "run": run,
-    }
-
-
-CHANGE_PAGES = {
-    "entry": AUDIT,
-    "conversation": CONVERSATIONS,
-    "action": APPROVALS,
-    "job": JOBS,
-    "task": TASKS,
-    "run": RUNS,
-}
 
 
 @pytest.mark.parametrize(

@@ -102,7 +102,7 @@
     RUN_STARTED(frame) { stored(); setRunning(frame.runId); },
     TEXT_MESSAGE_START(frame) {
       if (frame.role === "user") sent();
-      bubble(frame.messageId, frame.role || "assistant").classList.add("streaming");
+      announce(bubble(frame.messageId, frame.role || "assistant"), frame.role !== "user");
       stamp(bubble(frame.messageId), frame.timestamp);
     },
     TEXT_MESSAGE_CONTENT(frame) {
@@ -114,7 +114,7 @@
     },
     TEXT_MESSAGE_END(frame) {
       const node = bubble(frame.messageId, "assistant");
-      node.classList.remove("streaming");
+      announce(node, false);
       node.dataset.complete = "1";
     },
     TOOL_CALL_START(frame) { toolCard(frame.toolCallId, frame.toolCallName, frame.parentMessageId); },
@@ -249,6 +249,13 @@
       scrollDown();
     }
     return node;
+  }
+
+  // The bubble being streamed is the page's one live region: screen readers read the reply as it comes.
+  function announce(node, on) {
+    node.classList.toggle("streaming", on);
+    if (on) node.setAttribute("aria-live", "polite");
+    else node.removeAttribute("aria-live");
   }
 
   function toolCard(id, name, parentId) {
@@ -597,9 +604,20 @@
   });
   $("toggle-sidebar").addEventListener("click", () => ui.sidebar.classList.toggle("open"));
   $("backdrop").addEventListener("click", closeSidebar);
-  document.addEventListener("keydown", (event) => { if (event.key === "Escape") closeSidebar(); });
+  document.addEventListener("keydown", shortcut);
 
   function closeSidebar() { ui.sidebar.classList.remove("open"); }
+
+  // Esc closes the open sidebar, else stops the running turn; Ctrl/Cmd+Shift+O starts a new conversation.
+  function shortcut(event) {
+    if (event.key === "Escape") {
+      if (ui.sidebar.classList.contains("open")) closeSidebar();
+      else if (state.running) ui.stop.click();
+    } else if ((event.ctrlKey || event.metaKey) && event.shiftKey && event.key.toLowerCase() === "o") {
+      event.preventDefault();
+      $("new-conversation").click();
+    }
+  }
 
   loadConversations();
   connect();
