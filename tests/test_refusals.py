@@ -26,6 +26,7 @@ from tests.openai_peer import call, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm
 from tests.sockets import WAIT, receive, receive_run, send
+from tests.testapp import assistant_tools as testapp_tools
 from tests.testapp.models import Order
 from tests.validations import orders as orders  # a fixture
 from tests.validations import run_now as run_now  # a fixture
@@ -282,3 +283,37 @@ def test_a_validation_run_with_no_failures_is_a_plain_success(run_now, make_user
 
     assert (job_event(job)["status"], job_event(job)["failures"]) == ("succeeded", 0)
     assert completion_text(job).startswith("validation_run finished: ")
+
+
+# -- a statement timeout -------------------------------------------------------------------
+
+ENDLESS_SQLITE = (
+    "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n"
+)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_query_stopped_by_the_statement_timeout_reaches_the_chat_as_timeout(
+    open_socket, make_user, monkeypatch
+):
+    monkeypatch.setattr(testapp_tools.TestDatabase, "statement_timeout", 0.3)
+    analyst = await sync_to_async(make_user)(
+        "analyst", "assistant.database_read", "assistant.database_query"
+    )
+    socket = await open_socket(analyst)
+    await send(socket, type="message", text=f'run query "{ENDLESS_SQLITE}"')
+    asked = await receive_run(socket)
+    (interrupt,) = asked[-1]["outcome"]["interrupts"]
+
+    await send(socket, type="confirm", action=interrupt["id"])
+    answered = await receive_run(socket)
+
+    (outcome,) = outcomes(answered)
+    assert (outcome["operation"], outcome["decision"], outcome["code"]) == (
+        "run_readonly_query",
+        "timeout",
+        "timeout",
+    )
+    assert outcome["text"].startswith("The query took longer than 0.3 s and was stopped")
+    entry = await AuditEntry.objects.filter(operation="run_readonly_query").alatest("pk")
+    assert entry.decision == AuditEntry.Decision.TIMEOUT

@@ -239,7 +239,7 @@ class _SQLite:
             if "not authorized" in str(exc):
                 raise QueryError("read-only: only reading queries may run") from exc
             if "interrupted" in str(exc) and time.monotonic() > deadline:
-                raise QueryTimedOut("the statement timeout stopped it") from exc
+                raise QueryTimedOut(str(exc)) from exc
             raise QueryError(str(exc)) from exc
         finally:
             self.connection.set_progress_handler(None, 0)
