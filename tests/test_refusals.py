@@ -78,7 +78,7 @@ def test_asking_for_a_tool_of_a_domain_one_works_in_names_the_missing_permission
     intents = plan(f"cancel order {order.pk}", reader)
     outcome = dispatch("cancel_order", {}, user=reader)
 
-    assert intents == [Intent(operation="cancel_order", source="keywords")]
+    assert intents == [Intent(operation="cancel_order", source="keywords", refusal=True)]
     assert (outcome.decision, outcome.code, outcome.status) == ("denied", "permission_denied", 403)
     assert outcome.text == CANCEL_REFUSED
     assert AuditEntry.objects.get().decision == "denied"

@@ -24,6 +24,7 @@ class Intent:
     operation: str
     entities: dict[str, Any] = field(default_factory=dict)
     source: str = "keywords"
+    refusal: bool = False  # a tool the user may not use, sent for dispatch's refusal
 
 
 FALLBACK_OPERATION = "show_capabilities"
@@ -227,7 +228,7 @@ def plan(text: str, user: Any, site: ToolRegistry = registry, session: Any = Non
     refused = refused_tools(user, site)
     tool = match_tool(text, tools + refused)
     if tool is not None and tool in refused:
-        return [Intent(operation=tool.operation, source="keywords")]
+        return [Intent(operation=tool.operation, source="keywords", refusal=True)]
     if tool is None:
         if FALLBACK_OPERATION in site:
             return [Intent(operation=FALLBACK_OPERATION, source="keywords")]
@@ -256,7 +257,7 @@ class KeywordPlanner:
         if intents is None:
             intents = await self.plan(turn)
         for intent in intents:
-            await turn.call(intent.operation, intent.entities)
+            await turn.call(intent.operation, intent.entities, refusal=intent.refusal)
         texts = [outcome.text for outcome in turn.outcomes if outcome.text]
         if not texts:
             texts = [NOTHING_TO_DO]
