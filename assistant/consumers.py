@@ -24,6 +24,7 @@ from .chat import ActionAnswer, Launch, NewMessage, check_message, conversation_
 from .conf import assistant_settings
 from .eventlog import event_log
 from .exceptions import (
+    AccountInactive,
     AssistantError,
     FrameError,
     FrameNotJSON,
@@ -36,12 +37,13 @@ from .exceptions import (
 from .jobs import cancel_job, job_relay
 from .lifecycle import ToolSession, bind_process_session, new_session
 from .models import Conversation, Message, PendingAction
-from .permissions import access_for, refresh_access, reread_access
+from .permissions import access_for, refresh_access, reread_access, session_user_is_inactive
 from .runner import keep, loop_state, request_stop
 from .throttling import throttled
 
 logger = logging.getLogger("assistant.consumers")
 UNAUTHENTICATED = 4401
+ACCOUNT_INACTIVE = 4403  # a deactivated user: told so, then closed (the client does not retry)
 LAYER_UNAVAILABLE = 1013  # "try again later": the channel layer (Redis) cannot be reached
 TOO_SLOW = 4008  # the client left more than SOCKET_MAX_PENDING_BYTES unread
 SERVER_ERROR = 1011  # the server cannot serve chats (e.g. no channel layer); said before closing
@@ -121,6 +123,11 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         self.too_slow = False
         await self.accept()
         self.connected = True
+        if await self.deactivated():
+            refused = AccountInactive()
+            await self.send_error(refused.code, refused.message)
+            await self.close(code=ACCOUNT_INACTIVE)
+            return
         if self.user is None or not self.user.is_authenticated:
             await self.close(code=UNAUTHENTICATED)
             return
@@ -149,6 +156,13 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         except Exception:
             logger.exception("Reading the pending actions of a new socket failed")
             await self.send_error("internal_error", "Your pending approvals could not be loaded.")
+
+    async def deactivated(self) -> bool:
+        """Whether the socket's user (or, signed out by it, its session's) was deactivated."""
+        user = self.user
+        if user is not None and user.is_authenticated:
+            return not getattr(user, "is_active", True)
+        return await sync_to_async(session_user_is_inactive)(self.scope.get("session"))
 
     async def disconnect(self, code: int) -> None:
         if self.relaying:

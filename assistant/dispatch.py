@@ -1,4 +1,4 @@
-"""The only door into a handler: look up → validate → authorize → ready → gate → run → audit.
+"""The only door into a handler: look up → authorize → validate → ready → gate → run → audit.
 
 The pipeline is written once. Its decision steps (``DECISIONS``) are one ordered sequence that
 dispatch, confirmation (``confirmation.py``), the catalog's availability filter and the evals'
@@ -44,7 +44,7 @@ from .lifecycle import (
     process_session,
 )
 from .models import AuditEntry, Conversation, PendingAction
-from .permissions import UserAccess, access_for, cached_access, denials
+from .permissions import UserAccess, access_for, cached_access, denials, refusal
 from .redaction import redact_text, redacted_entities, sensitive_values
 from .registry import (
     PREVIEW_KINDS,
@@ -211,6 +211,8 @@ def _failure(tool: AssistantTool, exc: Exception) -> tuple[str, AssistantError]:
             return Decision.DENIED, exc
         if isinstance(exc, InvalidEntities):
             return Decision.INVALID, exc
+        if isinstance(exc, ToolTimeout):  # a time limit of the tool's own (a statement timeout)
+            return Decision.TIMEOUT, exc
         return Decision.FAILED, exc
     if isinstance(exc, DjangoPermissionDenied):
         return Decision.DENIED, PermissionDenied(str(exc) or "Permission denied.")
@@ -368,10 +370,7 @@ def authorize(call: Call) -> Outcome | None:
     if call.access is None:
         call.access = access_for(call.context.user)
     if denials(call.access, call.tool):
-        return call.stop(
-            Decision.DENIED,
-            PermissionDenied(f"You do not have permission to use {call.tool.operation}."),
-        )
+        return call.stop(Decision.DENIED, refusal(call.access, call.tool, call.context.site))
     return None
 
 
@@ -398,7 +397,8 @@ def authorize_instance(call: Call) -> Outcome | None:
     return None
 
 
-DECISIONS: tuple[Step, ...] = (look_up, validate, authorize, authorize_instance)
+# Authorized before validated: a user refused a tool learns nothing of its parameters.
+DECISIONS: tuple[Step, ...] = (look_up, authorize, validate, authorize_instance)
 
 
 def decide(call: Call, steps: Sequence[Step] = DECISIONS) -> Outcome | None:
@@ -411,12 +411,13 @@ def decide(call: Call, steps: Sequence[Step] = DECISIONS) -> Outcome | None:
 
 
 def decides_in_loop(call: Call) -> bool:
-    """Whether the decision steps need no database: the access snapshot is fresh, no object."""
+    """Whether the decision steps need no database: the access snapshot is fresh, no object,
+    and the call is allowed (a refusal may read more of the user's access to explain itself)."""
     tool = call.tool
     if tool is None or tool.object_check is not None:
         return False
     call.access = cached_access(call.context.user)
-    return call.access is not None
+    return call.access is not None and not denials(call.access, tool)
 
 
 def failed_toolsets(session: ToolSession | None) -> set[Any]:

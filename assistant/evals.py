@@ -107,12 +107,15 @@ class EvalTurn(Turn):
         *,
         tool_call_id: str | None = None,
         announced: bool = False,
+        refusal: bool = False,
     ) -> Outcome:
         outcome = await sync_to_async(judge)(operation, entities, self.user, self.site)
+        self.outcomes.append(outcome)
+        if refusal and outcome.decision == Decision.DENIED:
+            return outcome  # the planner saying no, as it means to: not a call it proposes
         self.proposed.append(
             Proposed(operation=operation, entities=outcome.entities, decision=outcome.decision)
         )
-        self.outcomes.append(outcome)
         return outcome
 
 

@@ -69,6 +69,12 @@ class PermissionDenied(AssistantError, DjangoPermissionDenied):
     status = 403
 
 
+class AccountInactive(PermissionDenied):
+    """Your account has been deactivated. Ask an operator to reactivate it."""
+
+    code = "account_inactive"
+
+
 class NotFound(AssistantError, LookupError):
     """Nothing of yours is there."""
 

@@ -183,11 +183,17 @@ def _result(value: Any) -> tuple[str, Any]:
 
 def completion_text(job: Job) -> str:
     name = job.operation or job.function.rsplit(".", 1)[-1]
+    if job.status == Job.Status.SUCCEEDED and job.failures:
+        return f"{name} finished with {_failures(job.failures)}: {job.result}"
     if job.status == Job.Status.SUCCEEDED:
         return f"{name} finished: {job.result}"
     if job.status == Job.Status.CANCELLED:
         return f"{name} was cancelled."
     return f"{name} failed: {job.error.splitlines()[0] if job.error else 'unknown error'}"
+
+
+def _failures(count: int) -> str:
+    return f"{count} failure{'' if count == 1 else 's'}"
 
 
 def announce_completion(job: Job) -> None:
@@ -266,6 +272,8 @@ def job_event(job: Job) -> dict[str, Any]:
         "progress": job.progress,
         "message": job.progress_message,
         "result": job.result,
+        # a job that ran to its end may still have found problems: the chat says how many
+        "failures": job.failures,
         "error": job.error.splitlines()[0] if job.error else "",
         "conversation": str(job.conversation_id) if job.conversation_id else None,
         "completion_message": str(job.completion_message_id) if job.completion_message_id else None,

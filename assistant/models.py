@@ -569,6 +569,13 @@ class Job(models.Model):
     def is_finished(self) -> bool:
         return self.status in self.FINISHED
 
+    @property
+    def failures(self) -> int:
+        """How many failures a job that ran to its end found (its result data's ``failures``)."""
+        data = self.result_data
+        value = data.get("failures") if isinstance(data, dict) else None
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
     def _set(self, **fields: Any) -> None:
         fields["updated_at"] = timezone.now()
         for name, value in fields.items():

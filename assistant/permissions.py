@@ -11,11 +11,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
+from django.apps import apps
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 from rest_framework.permissions import BasePermission
 
 from .conf import assistant_settings
+from .exceptions import AccountInactive, PermissionDenied
 from .models import Tool
 from .registry import AssistantTool, PermissionCheck, ToolRegistry, registry
 
@@ -40,6 +43,9 @@ ACCESS_ATTRIBUTE = "_assistant_access"
 RELOAD_ATTRIBUTE = "_assistant_reload_user"
 STAMP_ATTRIBUTE = "_assistant_read"  # (generation, monotonic time) the user's access was read at
 USER_FLAGS = ("is_active", "is_superuser", "is_staff")
+NOT_AUTHENTICATED = "not authenticated"
+INACTIVE = "inactive user"
+MISSING = "missing permission "  # a denial's reason: this prefix, then the permission string
 
 _required: weakref.WeakKeyDictionary[AssistantTool, tuple[str, ...]] = weakref.WeakKeyDictionary()
 
@@ -241,9 +247,9 @@ def denials(access: UserAccess, tool: AssistantTool, instance: Any = None) -> tu
     one object (the catalog's question); with one, it must be held globally or on that instance.
     """
     if not access.authenticated:
-        return ("not authenticated",)
+        return (NOT_AUTHENTICATED,)
     if not access.active:
-        return ("inactive user",)
+        return (INACTIVE,)
     if access.superuser or tool.public:
         return ()
     failing = []
@@ -261,8 +267,102 @@ def denials(access: UserAccess, tool: AssistantTool, instance: Any = None) -> tu
                 if tool.permission_mode == "any":
                     return ()
                 continue
-        failing.append(f"missing permission {perm}")
+        failing.append(f"{MISSING}{perm}")
     return tuple(failing)
+
+
+def missing_permissions(reasons: Iterable[str]) -> tuple[str, ...]:
+    """The permission strings a tool's denial reasons name (``denials``' own wording)."""
+    return tuple(reason.removeprefix(MISSING) for reason in reasons if reason.startswith(MISSING))
+
+
+def tool_permission_name(resource: str, action: str) -> str:
+    """The name of the permission the app creates for an unmapped ``(resource, ACTION)``."""
+    return f"Can {action.lower()} {resource} (assistant)"[:255]
+
+
+def permission_name(perm: str) -> str:
+    """A permission in human words (``Permission.name``: "Can change user"), read from the models.
+
+    Derived from the app registry as ``migrate`` derives the stored names (the default and
+    ``Meta.permissions`` ones, and the app's own for tool pairs), so it needs no query; a
+    permission nothing defines is shown as it is spelt.
+    """
+    app_label, _, codename = perm.partition(".")
+    try:
+        config = apps.get_app_config(app_label)
+    except LookupError:
+        return perm
+    for model in config.get_models():
+        opts = model._meta
+        for action in opts.default_permissions:
+            if codename == f"{action}_{opts.model_name}":
+                return f"Can {action} {opts.verbose_name_raw}"
+        for custom, name in opts.permissions:
+            if custom == codename:
+                return str(name)
+    if app_label == "assistant":
+        for tool in registry:
+            for check in tool.permission_checks:
+                if isinstance(check, tuple) and assistant_codename(*check) == codename:
+                    return tool_permission_name(*check)
+    return perm
+
+
+def known_domains(access: UserAccess, site: ToolRegistry = registry) -> set[str]:
+    """The domains this user has a part in: those of the tools they may use (public ones aside)."""
+    return {tool.domain for tool in site if not tool.public and not denials(access, tool)}
+
+
+def discloses(access: UserAccess, tool: AssistantTool, site: ToolRegistry = registry) -> bool:
+    """Whether a refusal may name ``tool`` and what it needs: its existence is no secret to them.
+
+    The rule: an active user who may use a tool of the same domain (a public tool does not
+    count) knows the domain is there; a tool of a domain they have no part in stays unnamed, as
+    if it did not exist.
+    """
+    return access.active and tool.domain in known_domains(access, site)
+
+
+def refusal(
+    access: UserAccess, tool: AssistantTool, site: ToolRegistry = registry
+) -> PermissionDenied:
+    """What a user refused ``tool`` is told: a deactivated account says so; a tool whose existence
+    is no secret to them (``discloses``) names what it needs in human words."""
+    reasons = denials(access, tool)
+    if INACTIVE in reasons:
+        return AccountInactive()
+    missing = missing_permissions(reasons)
+    if not missing or not discloses(access, tool, site):
+        return PermissionDenied(f"You do not have permission to use {tool.operation}.")
+    names = [f"“{permission_name(perm)}”" for perm in missing]
+    joined = " or ".join(names) if tool.permission_mode == "any" else " and ".join(names)
+    return PermissionDenied(
+        f"You can't use {tool.operation}: it needs {joined}. Ask an operator for it."
+    )
+
+
+def session_user_is_inactive(session: Any) -> bool:
+    """Whether a session that signs no one in any more belongs to a user since deactivated.
+
+    Django's backends give a deactivated user's session an anonymous user; this tells the two
+    apart (the session's own hash must still match, as Django checks on every request).
+    """
+    from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY, get_user_model
+    from django.utils.crypto import constant_time_compare
+
+    pk = session.get(SESSION_KEY) if session is not None else None
+    if pk is None:
+        return False
+    model = get_user_model()
+    try:
+        user = model._default_manager.filter(pk=model._meta.pk.to_python(pk)).first()
+    except (DjangoValidationError, ValueError, TypeError):
+        return False
+    if user is None or getattr(user, "is_active", True):
+        return False
+    stored = session.get(HASH_SESSION_KEY)
+    return bool(stored) and constant_time_compare(stored, user.get_session_auth_hash())
 
 
 def can_use_tool(user: Any, tool: AssistantTool, instance: Any = None) -> bool:
@@ -295,8 +395,7 @@ def create_tool_permissions(using: str = "default", **kwargs: Any) -> None:
                 perm = permission_for(check)
                 app_label, codename = perm.split(".", 1)
                 if app_label == "assistant":
-                    resource, action = check
-                    wanted[codename] = f"Can {action.lower()} {resource} (assistant)"
+                    wanted[codename] = tool_permission_name(*check)
     if not wanted:
         return
     content_type = ContentType.objects.db_manager(using).get_for_model(
@@ -309,7 +408,7 @@ def create_tool_permissions(using: str = "default", **kwargs: Any) -> None:
     )
     Permission.objects.using(using).bulk_create(
         [
-            Permission(content_type=content_type, codename=codename, name=name[:255])
+            Permission(content_type=content_type, codename=codename, name=name)
             for codename, name in wanted.items()
             if codename not in existing
         ]

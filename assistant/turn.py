@@ -227,8 +227,13 @@ class Turn:
         *,
         tool_call_id: str | None = None,
         announced: bool = False,
+        refusal: bool = False,
     ) -> Outcome:
-        """Dispatch one intent (the only door) and stream the call and its result."""
+        """Dispatch one intent (the only door) and stream the call and its result.
+
+        ``refusal``: the planner sends a tool it knows the user may not use, for dispatch's
+        refusal to say what it needs; dispatched the same (an evaluation does not count it).
+        """
         tool_call_id = tool_call_id or f"call_{uuid.uuid4().hex[:16]}"
         self.identify(operation, entities)
         if not announced:

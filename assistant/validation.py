@@ -31,7 +31,7 @@ from .exceptions import AssistantError, InvalidEntities, InvalidTargetFilter, To
 from .jobs import JobContext, JobManager
 from .llm_client import llm_configured, make_client
 from .models import ValidationFinding, ValidationRun, ValidationTask
-from .registry import registry
+from .registry import ToolResult, registry
 
 logger = logging.getLogger("assistant.validation")
 Outcome = ValidationFinding.Outcome
@@ -476,8 +476,12 @@ def _targets(task: ValidationTask) -> list[models.Model]:
     return list(objects.order_by("pk")[:10_000])
 
 
-def execute_run(job: JobContext, run_id: int) -> str:
-    """The job behind a run: every rule over every target, findings stored, counts computed."""
+def execute_run(job: JobContext, run_id: int) -> ToolResult:
+    """The job behind a run: every rule over every target, findings stored, counts computed.
+
+    Its result data counts the failed findings as the job's ``failures``: a run that found some
+    ran to its end, but the chat does not show it as a plain success.
+    """
     run = ValidationRun.objects.select_related("task", "task__target_type").get(pk=run_id)
     ValidationRun.objects.filter(pk=run.pk).update(
         status=ValidationRun.Status.RUNNING, started_at=timezone.now()
@@ -521,9 +525,18 @@ def execute_run(job: JobContext, run_id: int) -> str:
             warned=counts[Outcome.WARN],
             finished_at=timezone.now(),
         )
-        return (
-            f"{task.name}: {status} — {counts[Outcome.PASS]} passed, "
-            f"{counts[Outcome.FAIL]} failed, {counts[Outcome.WARN]} warned."
+        return ToolResult(
+            text=(
+                f"{task.name}: {status} — {counts[Outcome.PASS]} passed, "
+                f"{counts[Outcome.FAIL]} failed, {counts[Outcome.WARN]} warned."
+            ),
+            data={
+                "run": run.pk,
+                "status": status,
+                "passed": counts[Outcome.PASS],
+                "failures": counts[Outcome.FAIL],
+                "warnings": counts[Outcome.WARN],
+            },
         )
     except Exception as exc:
         ValidationRun.objects.filter(pk=run.pk).update(

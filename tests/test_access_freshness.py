@@ -307,7 +307,7 @@ BYPASSES: dict[str, tuple[Callable[[Any], Any], tuple[str, str]]] = {
         lambda user: User.user_permissions.through.objects.filter(
             user_id=user.pk, permission=perm(VIEW)
         ).update(permission=perm("testapp.add_order")),
-        ("show_capabilities", "executed"),
+        ("list_orders", "denied"),  # still in the orders domain: told what list_orders needs
     ),
 }
 

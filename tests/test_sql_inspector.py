@@ -357,7 +357,10 @@ async def test_the_statement_timeout_stops_a_long_query(
     outcome = await query(ENDLESS[connection.vendor])
 
     assert time.monotonic() - started < 2
-    assert outcome.text.startswith("The database refused the query: ")
+    assert (outcome.decision, outcome.code) == ("timeout", "timeout")
+    assert outcome.text.startswith("The query took longer than 0.3 s and was stopped (")
+    entry = await AuditEntry.objects.aget(pk=outcome.audit_id)
+    assert entry.decision == AuditEntry.Decision.TIMEOUT
     follow_up = await query("SELECT 1 AS one")
     assert follow_up.result.data["rows"] == [[1]]
 
@@ -464,8 +467,10 @@ async def test_the_statement_timeout_leaves_no_query_running_on_the_server(
     outcome = await query("SELECT pg_sleep(10)")
 
     assert time.monotonic() - started < 2
+    assert outcome.decision == "timeout"
     assert outcome.text == (
-        "The database refused the query: canceling statement due to statement timeout"
+        "The query took longer than 0.5 s and was stopped "
+        "(canceling statement due to statement timeout)."
     )
     assert await sleeping_on_server(0, within=0.5)
 

@@ -250,6 +250,9 @@ class OutcomeErrorSerializer(OutcomeSerializer):
 
 class JobSerializer(serializers.ModelSerializer[Job]):
     username = serializers.SerializerMethodField()
+    failures = serializers.IntegerField(
+        read_only=True, help_text="failures a job that ran to its end found (0: none)"
+    )
 
     class Meta:
         model = Job
@@ -261,6 +264,7 @@ class JobSerializer(serializers.ModelSerializer[Job]):
             "progress_message",
             "result",
             "result_data",
+            "failures",
             "error",
             "cancel_requested",
             "conversation",

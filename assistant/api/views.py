@@ -16,7 +16,11 @@ from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiParameter
 from drf_spectacular.utils import extend_schema as spectacular_extend_schema
 from rest_framework import exceptions, status
-from rest_framework.authentication import BaseAuthentication, SessionAuthentication
+from rest_framework.authentication import (
+    BaseAuthentication,
+    SessionAuthentication,
+    TokenAuthentication,
+)
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.pagination import BasePagination, CursorPagination, PageNumberPagination
 from rest_framework.parsers import JSONParser
@@ -37,10 +41,10 @@ from ..chat import (
 )
 from ..confirmation import cancel_action, confirm_action
 from ..dispatch import Outcome, dispatch
-from ..exceptions import AssistantError
+from ..exceptions import AccountInactive, AssistantError
 from ..jobs import cancel_job, job_for
 from ..models import AuditEntry, Conversation, Job, PendingAction, ValidationRun, ValidationTask
-from ..permissions import IsAuditViewer
+from ..permissions import IsAuditViewer, session_user_is_inactive
 from ..throttling import AssistantThrottle
 from ..validation import ValidationTaskService
 from .serializers import (
@@ -72,11 +76,37 @@ from .serializers import (
 logger = logging.getLogger("assistant.api")
 
 
+def account_inactive() -> exceptions.AuthenticationFailed:
+    """The 401 a deactivated user's token or session gets (``account_inactive``)."""
+    return exceptions.AuthenticationFailed(AccountInactive().message, code=AccountInactive.code)
+
+
 class BrowserSessionAuthentication(SessionAuthentication):
     """Session auth (CSRF enforced) that still lets DRF answer 401 rather than 403."""
 
+    def authenticate(self, request: Request) -> Any:
+        authenticated = super().authenticate(request)
+        if authenticated is None and session_user_is_inactive(
+            getattr(request._request, "session", None)
+        ):
+            raise account_inactive()
+        return authenticated
+
     def authenticate_header(self, request: Request) -> str:
         return 'Session realm="assistant"'
+
+
+class AssistantTokenAuthentication(TokenAuthentication):
+    """DRF's token auth (when ``rest_framework.authtoken`` is installed), a deactivated user's
+    token answered ``account_inactive`` rather than DRF's generic failure."""
+
+    def authenticate_credentials(self, key: str) -> Any:
+        try:
+            return super().authenticate_credentials(key)
+        except exceptions.AuthenticationFailed:
+            if self.get_model()._default_manager.filter(key=key, user__is_active=False).exists():
+                raise account_inactive() from None
+            raise
 
 
 class BrowserSessionScheme(SessionScheme):  # type: ignore[no-untyped-call]
@@ -205,9 +235,7 @@ class AssistantAPIView(APIView):
     def get_authenticators(self) -> list[BaseAuthentication]:
         authenticators: list[BaseAuthentication] = []
         if apps.is_installed("rest_framework.authtoken"):
-            from rest_framework.authentication import TokenAuthentication
-
-            authenticators.append(TokenAuthentication())
+            authenticators.append(AssistantTokenAuthentication())
         authenticators.append(BrowserSessionAuthentication())
         return authenticators
 

@@ -10,6 +10,7 @@ from asgiref.sync import sync_to_async
 
 from ..catalog import visible_tools
 from ..entities import Entity
+from ..permissions import access_for, denials, known_domains
 from ..registry import AssistantTool, ToolRegistry, registry
 
 if TYPE_CHECKING:
@@ -23,6 +24,7 @@ class Intent:
     operation: str
     entities: dict[str, Any] = field(default_factory=dict)
     source: str = "keywords"
+    refusal: bool = False  # a tool the user may not use, sent for dispatch's refusal
 
 
 FALLBACK_OPERATION = "show_capabilities"
@@ -207,10 +209,26 @@ def _plain_values(text: str, tool: AssistantTool) -> list[str]:
     ]
 
 
+def refused_tools(user: Any, site: ToolRegistry = registry) -> list[AssistantTool]:
+    """The tools this user may not use but may be told so (``permissions.discloses``)."""
+    access = access_for(user)
+    if not access.active:
+        return []
+    known = known_domains(access, site)
+    return [tool for tool in site if tool.domain in known and denials(access, tool)]
+
+
 def plan(text: str, user: Any, site: ToolRegistry = registry, session: Any = None) -> list[Intent]:
-    """Map a message to one intent among the tools this user may use; unmatched → capabilities."""
+    """Map a message to one intent among the tools this user may use; unmatched → capabilities.
+
+    A message naming a tool the user may not use, but may know of, goes to dispatch as it is
+    (no entities: dispatch refuses it before reading them) so its refusal says what it needs.
+    """
     tools = visible_tools(user, session=session, site=site)
-    tool = match_tool(text, tools)
+    refused = refused_tools(user, site)
+    tool = match_tool(text, tools + refused)
+    if tool is not None and tool in refused:
+        return [Intent(operation=tool.operation, source="keywords", refusal=True)]
     if tool is None:
         if FALLBACK_OPERATION in site:
             return [Intent(operation=FALLBACK_OPERATION, source="keywords")]
@@ -239,7 +257,7 @@ class KeywordPlanner:
         if intents is None:
             intents = await self.plan(turn)
         for intent in intents:
-            await turn.call(intent.operation, intent.entities)
+            await turn.call(intent.operation, intent.entities, refusal=intent.refusal)
         texts = [outcome.text for outcome in turn.outcomes if outcome.text]
         if not texts:
             texts = [NOTHING_TO_DO]

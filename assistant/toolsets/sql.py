@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, Protocol
 
 from ..cancellation import CancellationToken
-from ..exceptions import UnsafeDatabaseRole
+from ..exceptions import ToolTimeout, UnsafeDatabaseRole
 from ..lifecycle import Toolset
 from ..registry import ToolCall, ToolResult, assistant_tool
 
@@ -36,6 +36,10 @@ SUMMARY_ROWS = 10  # rows the model sees; the UI gets every row up to the cap
 
 class QueryError(Exception):
     """The database refused or stopped the query."""
+
+
+class QueryTimedOut(QueryError):
+    """The query ran past the statement timeout and the database stopped it."""
 
 
 class _Backend(Protocol):
@@ -138,6 +142,7 @@ class _Postgres:
     async def _query(self, sql: str, limit: int, seconds: float) -> tuple[list[str], list[Any]]:
         import psycopg
 
+        deadline = time.monotonic() + seconds
         try:
             async with self.connection.cursor() as cursor:
                 await cursor.execute(f"SET LOCAL statement_timeout = {int(seconds * 1000)}")
@@ -151,7 +156,11 @@ class _Postgres:
             raise
         except psycopg.Error as exc:
             await self._reset()
-            raise QueryError(str(exc).strip().splitlines()[0]) from exc
+            problem = str(exc).strip().splitlines()[0]
+            # (a query the user's stop cancelled is cancelled too, but before its deadline)
+            if isinstance(exc, psycopg.errors.QueryCanceled) and time.monotonic() >= deadline:
+                raise QueryTimedOut(problem) from exc
+            raise QueryError(problem) from exc
         await self.connection.rollback()
         return columns, rows
 
@@ -229,6 +238,8 @@ class _SQLite:
         except sqlite3.Error as exc:
             if "not authorized" in str(exc):
                 raise QueryError("read-only: only reading queries may run") from exc
+            if "interrupted" in str(exc) and time.monotonic() > deadline:
+                raise QueryTimedOut(str(exc)) from exc
             raise QueryError(str(exc)) from exc
         finally:
             self.connection.set_progress_handler(None, 0)
@@ -416,6 +427,10 @@ class SQLInspector(Toolset):
         limit = max(1, min(limit, self.row_limit))
         try:
             columns, fetched = await self.backend.query(sql, limit, self.statement_timeout)
+        except QueryTimedOut as exc:
+            raise ToolTimeout(
+                f"The query took longer than {self.statement_timeout:g} s and was stopped ({exc})."
+            ) from exc
         except QueryError as exc:
             return ToolResult(text=f"The database refused the query: {exc}")
         truncated = len(fetched) > limit

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
+from assistant.dispatch import dispatch
 from assistant.models import Job
 from assistant.planner.keywords import plan
 from dashboards.models import Backup
@@ -179,9 +180,25 @@ def test_quoted_and_named_values_fill_the_entities(
     assert planned(message, world.admin) == expected
 
 
-def test_the_viewer_is_never_planned_a_tool_they_may_not_use(world: World) -> None:
-    for message in ('back up "staging"', 'deploy "12" to "prod"', "health summary", 'commit "dev"'):
-        assert planned(message, world.viewer) == ("show_capabilities", {}), message
+def test_the_viewer_is_told_what_a_dashboards_tool_needs_and_nothing_of_other_domains(
+    world: World,
+) -> None:
+    # The viewer searches dashboards: the domain's other tools are no secret to them, and a
+    # request for one goes to dispatch bare, to be refused with what it needs.
+    for message, operation in [
+        ('back up "staging"', "run_backup"),
+        ('deploy "12" to "prod"', "deploy_dashboard"),
+        ('commit "dev"', "commit_changes"),
+    ]:
+        assert planned(message, world.viewer) == (operation, {}), message
+    refused = dispatch("deploy_dashboard", {}, user=world.viewer)
+    assert (refused.decision, refused.text) == (
+        "denied",
+        "You can't use deploy_dashboard: it needs “Can deploy dashboards to environments it may "
+        "change”. Ask an operator for it.",
+    )
+    # ... but health is another domain (operations), one they have no part in
+    assert planned("health summary", world.viewer) == ("show_capabilities", {})
     assert planned('search dashboards "sales"', world.viewer)[0] == "search_dashboards"
 
 

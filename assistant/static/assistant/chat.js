@@ -50,6 +50,8 @@
         location.reload();
         return;
       }
+      // a deactivated account: the server said so (assistant.error); retrying cannot help
+      if (event.code === 4403) return setStatus("closed", "account deactivated");
       unconfirmed();
       if (event.code === 4008) showNotice("The connection fell behind and was closed; reconnecting.", true);
       // (an error the server sent before closing stays on screen)
@@ -302,10 +304,17 @@
     const badge = card.querySelector(".badge");
     badge.textContent = job.status;
     badge.className = "badge " + ({ succeeded: "executed", failed: "failed", cancelled: "cancelled" }[job.status] || "running");
+    if (job.status === "succeeded" && job.failures > 0) withFailures(badge, job.failures);
     card.querySelector("progress").value = job.progress;
     card.querySelector(".job-message").textContent = finished ? (job.error || job.result || "") : (job.message || "");
     card.querySelector("button").hidden = finished;
     scrollDown();
+  }
+
+  // A job that ran to its end but found failures (a validation run's): not a green success.
+  function withFailures(badge, count) {
+    badge.textContent = "finished with " + count + (count === 1 ? " failure" : " failures");
+    badge.className = "badge with_failures";
   }
 
   function markMessage(id, label) {
