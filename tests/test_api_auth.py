@@ -29,6 +29,7 @@ PROTECTED = [
     ("get", "/conversations/"),
     ("delete", "/conversations/"),
     ("get", f"/conversations/{uuid.UUID(int=1)}/"),
+    ("patch", f"/conversations/{uuid.UUID(int=1)}/"),
 ]
 
 
@@ -273,5 +274,6 @@ def test_the_openapi_schema_lists_our_endpoints(
     assert set(document["paths"]["/assistant/api/dispatch/"]) == {"post"}
     assert set(document["paths"]["/assistant/api/conversations/{conversation_id}/"]) == {
         "get",
+        "patch",
         "delete",
     }
