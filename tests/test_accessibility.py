@@ -9,7 +9,7 @@ from typing import Any, Literal
 import pytest
 from playwright.sync_api import Page, expect
 
-from assistant.models import AuditEntry, Message
+from assistant.models import AuditEntry, Conversation, Message, PendingAction
 from tests.axe import assert_accessible
 from tests.browsing import ARTIFACTS, send
 from tests.testapp.models import Order
@@ -56,6 +56,61 @@ def test_a_conversation_with_tool_cards_and_an_approval_passes_axe(
     expect(page.locator("details.tool .badge")).to_have_text(["executed", "confirmation requested"])
     page.locator("details.tool").first.locator("summary").click()  # an open card too
     screenshot(page, f"conversation-{scheme}")
+    assert_accessible(page)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_the_approvals_inbox_with_waiting_cards_passes_axe(
+    open_chat: Callable[..., Page],
+    asgi_live_server: str,
+    clerk: Any,
+    make_user: Any,
+    scheme: Scheme,
+) -> None:
+    order = Order.objects.create(reference="ORD-7")
+    asked = {"entities": {"order_id": order.pk}, "ttl_seconds": 600}
+    PendingAction.open(
+        user=clerk,
+        conversation=Conversation.objects.create(user=clerk, title="Month end"),
+        operation="cancel_order",
+        summary="Cancel order ORD-7",
+        preview={"kind": "changes", "rows": [{"field": "status", "before": "open", "after": "x"}]},
+        **asked,
+    )
+    PendingAction.open(
+        user=clerk,
+        operation="cancel_order",
+        summary="Cancel ORD-7 with a reason",
+        policy=PendingAction.Policy.CONFIRM_WITH_REASON,
+        confirm_phrase="ORD-7",
+        preview={"kind": "rows", "columns": ["order", "status"], "rows": [["ORD-7", "open"]]},
+        **asked,
+    )
+    PendingAction.open(
+        user=make_user("other", "testapp.approve_order"),
+        operation="approve_order",
+        summary="Approve ORD-7 (someone else asked)",
+        policy=PendingAction.Policy.TWO_PERSON,
+        approver_permission="testapp.approve_order",
+        preview={"kind": "list", "items": ["ORD-7"]},
+        **asked,
+    )
+    PendingAction.open(
+        user=clerk,
+        operation="approve_order",
+        summary="Approve ORD-7 (waiting for someone else)",
+        policy=PendingAction.Policy.TWO_PERSON,
+        approver_permission="testapp.approve_order",
+        preview={"kind": "text", "text": "One approval more"},
+        **asked,
+    )
+    page = chat(open_chat, clerk, scheme)
+    page.goto(f"{asgi_live_server}/assistant/approvals/")
+
+    expect(page.locator(".inbox-item .approval")).to_have_count(4)
+    expect(page.get_by_text("Waiting for a second person to approve.")).to_be_visible()
+    expect(page.get_by_role("link", name="Month end")).to_be_visible()
+    screenshot(page, f"inbox-{scheme}")
     assert_accessible(page)
 
 

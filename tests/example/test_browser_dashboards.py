@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from assistant.models import AuditEntry, Job, ValidationRun
-from dashboards.models import Backup, Dashboard
+from dashboards.models import Backup
 from tests.browsing import ARTIFACTS, approve, send
 from tests.example.dashboards_world import World
 
@@ -129,22 +129,6 @@ def test_an_admins_session_on_the_dashboards(
     ).to_be_visible()
     idle(page)
     screenshot(page, "6-health")
-
-
-def test_the_operator_is_stopped_at_production(
-    open_chat: Callable[[Any], Page], world: World
-) -> None:
-    target = world.dashboard("web-traffic", "prod")
-    page = open_chat(world.operator, **DESKTOP)
-
-    send(page, "deploy dashboard=web-traffic source=staging target=prod")
-    approve(page, page.locator(".approval"))
-
-    expect(tool_card(page, "deploy_dashboard").locator(".badge")).to_have_text("denied")
-    idle(page)
-    screenshot(page, "operator-refused-prod")
-    assert Dashboard.objects.get(pk=target.pk).version == 1
-    assert not Job.objects.exists()
 
 
 def test_asking_for_a_tasks_status_by_its_id(
