@@ -303,6 +303,7 @@ async def test_a_query_stopped_by_the_statement_timeout_reaches_the_chat_as_time
     socket = await open_socket(analyst)
     await send(socket, type="message", text=f'run query "{ENDLESS_SQLITE}"')
     asked = await receive_run(socket)
+    assert asked[-1]["type"] == "RUN_FINISHED", asked[-1]
     (interrupt,) = asked[-1]["outcome"]["interrupts"]
 
     await send(socket, type="confirm", action=interrupt["id"])
