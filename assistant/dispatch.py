@@ -223,8 +223,12 @@ def _failure(tool: AssistantTool, exc: Exception) -> tuple[str, AssistantError]:
 
 
 def _confirmation_summary(tool: AssistantTool, entities: dict[str, Any]) -> str:
-    shown = ", ".join(f"{name}={value!r}" for name, value in entities.items())
-    return f"{tool.operation}({shown}) is {tool.risk_level} and needs your confirmation."
+    """The approval's sentence when the tool prepares none: what it does, and with what."""
+    shown = ", ".join(
+        f"{name}: “{value}”" if isinstance(value, str) else f"{name}: {value}"
+        for name, value in entities.items()
+    )
+    return f"{tool.description} ({shown})" if shown else tool.description
 
 
 def _no_such_object(tool: AssistantTool) -> InvalidEntities:

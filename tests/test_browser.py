@@ -82,9 +82,7 @@ def test_a_dangerous_action_waits_for_approval_then_runs(
     send(page, f"cancel order order_id={order.pk}")
 
     approval = page.locator(".approval")
-    expect(approval).to_contain_text(
-        f"cancel_order(order_id={order.pk}) is dangerous and needs your confirmation."
-    )
+    expect(approval).to_contain_text(f"Cancel an order for good (order_id: {order.pk})")
     expect(tool_card(page, "cancel_order").locator(".badge")).to_have_text("confirmation requested")
     screenshot(page, "2-approval")
     assert Order.objects.get(pk=order.pk).status == "open"

@@ -53,7 +53,7 @@ def test_requesting_opens_an_owned_pending_action_and_runs_nothing(clerk, order)
     assert action.operation == "approve_order"
     assert action.status == "pending"
     assert action.entities == {"order_id": order.pk, "note": "rush"}
-    assert "approve_order" in outcome.text
+    assert outcome.text == f"Approve an order (order_id: {order.pk}, note: “rush”)"
     assert approvals(order) == 0
     assert decisions_for(action) == ["confirmation_requested"]
 

@@ -4,12 +4,39 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from assistant import Length, ToolCall, ToolResult, assistant_tool
+from assistant import Length, Prepared, ToolCall, ToolResult, assistant_tool
 from assistant.exceptions import InvalidEntities
 
 from .. import repository
-from ..models import Dashboard
+from ..models import Dashboard, Environment
 from ..references import EnvironmentName, require, resolve_environment
+
+
+def checked(call: ToolCall, environment: str, branch: str) -> tuple[Environment, str]:
+    """The environment and the branch, as the commit needs them (refused before anyone is asked)."""
+    env = resolve_environment(environment)
+    require(call.user, "view", env)
+    repository.require_repository()
+    branch = branch.strip()
+    if repository.branch_commit(branch) is None:
+        raise InvalidEntities(
+            {"branch": f"no branch {branch!r}; create it first (create_branch name={branch})"}
+        )
+    return env, branch
+
+
+def prepare(
+    call: ToolCall,
+    environment: str,
+    branch: str = repository.DEFAULT_BRANCH,
+    message: str | None = None,
+) -> Prepared:
+    env, branch = checked(call, environment, branch)
+    count = Dashboard.objects.filter(environment=env).count()
+    return Prepared(
+        summary=f"Commit {env.name}'s {count} dashboards as files on branch {branch}",
+        entities={"environment": env.slug, "branch": branch, "message": message},
+    )
 
 
 @assistant_tool(
@@ -23,6 +50,7 @@ from ..references import EnvironmentName, require, resolve_environment
     requires_confirmation=True,
     permission_checks=[("dashboards", "COMMIT")],
     keywords=["commit changes", "commit dashboards", "commit"],
+    prepare=prepare,
 )
 def commit_changes(
     call: ToolCall,
@@ -30,14 +58,7 @@ def commit_changes(
     branch: Annotated[str, "the branch to commit on", Length(max=200)] = repository.DEFAULT_BRANCH,
     message: Annotated[str | None, "the commit message", Length(max=2000)] = None,
 ) -> ToolResult:
-    env = resolve_environment(environment)
-    require(call.user, "view", env)
-    repository.require_repository()
-    branch = branch.strip()
-    if repository.branch_commit(branch) is None:
-        raise InvalidEntities(
-            {"branch": f"no branch {branch!r}; create it first (create_branch name={branch})"}
-        )
+    env, branch = checked(call, environment, branch)
     dashboards = list(Dashboard.objects.filter(environment=env).select_related("owner"))
     files = {
         f"{dashboard.slug}.json": repository.export_file(dashboard.as_export())

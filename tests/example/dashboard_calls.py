@@ -42,10 +42,11 @@ def dispatch(user: Any, operation: str, **entities: Any) -> Any:
 
 
 def confirm(user: Any, response: Any) -> Any:
+    """Confirm as the approval card does: typing the phrase a dangerous action names."""
     assert response.status_code == 202, response.json()
-    return client_for(user).post(
-        f"{API}/actions/{response.json()['pending_action']['id']}/confirm/"
-    )
+    action = response.json()["pending_action"]
+    body = {"phrase": action["confirm_phrase"]} if action.get("confirm_phrase") else {}
+    return client_for(user).post(f"{API}/actions/{action['id']}/confirm/", body, format="json")
 
 
 def reject(user: Any, response: Any) -> Any:

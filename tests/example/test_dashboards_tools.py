@@ -259,8 +259,7 @@ def test_commit_changes_asks_first_then_commits_the_environments_files(world: Wo
 
     assert asked.json()["decision"] == "confirmation_requested"
     assert asked.json()["pending_action"]["summary"] == (
-        "commit_changes(environment='staging', branch='feature-x') is guarded and needs your "
-        "confirmation."
+        "Commit Staging's 11 dashboards as files on branch feature-x"
     )
     assert state() == before
 
@@ -331,11 +330,12 @@ def test_commit_changes_needs_to_see_the_environment(world: World, make_user: An
     committer = make_user("committer", "dashboards.commit_dashboard")
     before = state()
 
-    response = confirm(committer, dispatch(committer, "commit_changes", environment="prod"))
+    response = dispatch(committer, "commit_changes", environment="prod")
 
     assert response.status_code == 403
     assert response.json()["detail"] == "You may not view the Production environment."
-    assert decisions("commit_changes") == ["confirmation_requested", "denied"]
+    assert decisions("commit_changes") == ["denied"]  # before anyone is asked
+    assert not PendingAction.objects.exists()
     assert state() == before
 
 
@@ -353,17 +353,18 @@ def test_commit_changes_needs_to_see_the_environment(world: World, make_user: An
     ],
     ids=["unknown-environment", "unknown-branch"],
 )
-def test_commit_changes_with_bad_entities_changes_nothing(
+def test_commit_changes_with_bad_entities_is_refused_before_asking(
     world: World, entities: dict[str, Any], errors: dict[str, str]
 ) -> None:
     world.dashboard("web-traffic", "dev").delete()
     before = state()
 
-    response = confirm(world.operator, dispatch(world.operator, "commit_changes", **entities))
+    response = dispatch(world.operator, "commit_changes", **entities)
 
     assert response.status_code == 400
     assert response.json()["errors"] == errors
-    assert decisions("commit_changes") == ["confirmation_requested", "invalid"]
+    assert decisions("commit_changes") == ["invalid"]  # before anyone is asked
+    assert not PendingAction.objects.exists()
     assert state() == before
 
 

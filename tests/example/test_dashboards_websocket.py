@@ -113,7 +113,12 @@ async def say(socket: WebsocketCommunicator, text: str) -> dict[str, Any]:
 
 async def approve(socket: WebsocketCommunicator, asked: dict[str, Any]) -> dict[str, Any]:
     assert asked["decision"] == "confirmation_requested", asked
-    (outcome,) = outcomes(await run(socket, type="confirm", action=asked["pending_action"]))
+    # as the approval card does: a dangerous action's approver types what prepare named
+    action = await PendingAction.objects.aget(pk=asked["pending_action"])
+    answer = {"type": "confirm", "action": asked["pending_action"]}
+    if action.confirm_phrase:
+        answer["phrase"] = action.confirm_phrase
+    (outcome,) = outcomes(await run(socket, **answer))
     return outcome
 
 
