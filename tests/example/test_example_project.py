@@ -291,9 +291,12 @@ def test_the_deactivation_example_deactivates_the_practice_account_only(
     asked = project.run(
         "assistant_call", "deactivate_user", f"user_id={example.group(1)}", "--user", "operator"
     ).stdout
-    action = re.search(r"--confirm (\S+)", asked)
+    # a dangerous action: the CLI says what to type, the account's name
+    action = re.search(r'--confirm (\S+) --phrase "leaver"', asked)
     assert action, asked
-    done = project.run("assistant_call", "--confirm", action.group(1), "--user", "operator").stdout
+    done = project.run(
+        "assistant_call", "--confirm", action.group(1), "--phrase", "leaver", "--user", "operator"
+    ).stdout
 
     assert "Deactivated leaver." in done
     passwords = printed_passwords(project.run("demo_users").stdout)

@@ -109,9 +109,10 @@ class Command(BaseCommand):
                 outcome.decision == AuditEntry.Decision.CONFIRMATION_REQUESTED
                 and outcome.pending_action
             ):
+                action = outcome.pending_action
+                typed = f' --phrase "{action.confirm_phrase}"' if action.confirm_phrase else ""
                 self.stdout.write(
-                    f"  confirm with: --confirm {outcome.pending_action.pk} "
-                    f"(or refuse with --reject)"
+                    f"  confirm with: --confirm {action.pk}{typed} (or refuse with --reject)"
                 )
         if reply is not None and not outcomes:
             self.stdout.write(reply)
