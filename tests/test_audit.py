@@ -220,4 +220,7 @@ def test_the_confirmation_summary_uses_the_configured_placeholder(keeper, stash,
     outcome = dispatch("stash_secret", {"label": "x", "secret": SECRET}, user=keeper, site=stash)
 
     assert AuditEntry.objects.get(pk=outcome.audit_id).entities["secret"] == "***"
-    assert outcome.pending_action.summary == 'Stash a secret once confirmed (label: “x”, secret: “***”)'
+    assert (
+        outcome.pending_action.summary
+        == "Stash a secret once confirmed (label: “x”, secret: “***”)"
+    )
