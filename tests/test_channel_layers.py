@@ -326,12 +326,12 @@ async def ws_send(ws: ClientConnection, **content: Any) -> None:
     await ws.send(json.dumps(content))
 
 
-def ws_connect(url: str, cookie: str) -> connect:
+def ws_connect(url: str, cookie: str, open_timeout: float = WAIT) -> connect:
     return connect(
         url,
         origin=Origin("http://127.0.0.1"),
         additional_headers={"Cookie": cookie},
-        open_timeout=WAIT,
+        open_timeout=open_timeout,
         proxy=None,
     )
 

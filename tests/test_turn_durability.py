@@ -59,7 +59,10 @@ def test_every_message_of_a_socket_closed_right_after_sending_is_answered(
     at_once = asyncio.Semaphore(50)
 
     async def send_and_close() -> None:
-        async with at_once, ws_connect(url, cookie) as ws:
+        # What is tested is the turns after the sockets closed: each socket's connect (its
+        # session and waiting-actions queries, in the one sync thread, beside four lanes of
+        # turns) may wait its turn longer than one frame's WAIT when 50 open at once.
+        async with at_once, ws_connect(url, cookie, open_timeout=30) as ws:
             await ws_send(ws, type="message", text="ping")
 
     async def send_all() -> None:
