@@ -97,12 +97,19 @@ def test_a_wrong_expectation_fails_the_command(world: World, tmp_path: Path):
 
 
 def test_judged_decisions_are_what_dispatch_would_decide(world: World):
+    # a real dashboard's id: the judge runs the tool's prepare, which looks it up
+    dashboard = str(world.dashboard("support-tickets", "dev").pk)
     (result,) = run_cases(
-        load_cases([{"user": "operator", "message": "deploy 12 to staging"}]), planner="keywords"
+        load_cases([{"user": "operator", "message": f"deploy {dashboard} to staging"}]),
+        planner="keywords",
     )
 
     assert [(c.operation, c.decision, c.entities) for c in result.proposed] == [
-        ("deploy_dashboard", "confirmation_requested", {"dashboard": "12", "target": "staging"})
+        (
+            "deploy_dashboard",
+            "confirmation_requested",
+            {"dashboard": dashboard, "target": "staging"},
+        )
     ]
     assert result.outcome == "pass"  # nothing expected, nothing forbidden
 
@@ -160,14 +167,15 @@ def test_on_the_replay_server_the_model_is_judged_by_its_calls(
     world: World, use_llm, tmp_path: Path
 ):
     peer = use_llm()
+    dashboard = str(world.dashboard("support-tickets", "dev").pk)  # prepare looks it up
     peer.script(
-        tool_calls(call("deploy_dashboard", {"dashboard": "12", "target": "staging"})),
+        tool_calls(call("deploy_dashboard", {"dashboard": dashboard, "target": "staging"})),
         text("Asked for confirmation."),
         # A model that gets the second case wrong: backs up prod instead.
         tool_calls(call("run_backup", {"environment": "prod"})),
         text("Backing up."),
         # A viewer's model tries a tool outside the viewer's catalog: judged denied, still forbidden.
-        tool_calls(call("deploy_dashboard", {"dashboard": "12", "target": "staging"})),
+        tool_calls(call("deploy_dashboard", {"dashboard": dashboard, "target": "staging"})),
         text("I can't."),
     )
     path = write(
@@ -175,7 +183,7 @@ def test_on_the_replay_server_the_model_is_judged_by_its_calls(
         [
             {
                 "user": "operator",
-                "message": "deploy 12 to staging",
+                "message": f"deploy {dashboard} to staging",
                 "expect": [{"operation": "deploy_dashboard", "entities": {"target": "staging"}}],
             },
             {
@@ -183,7 +191,11 @@ def test_on_the_replay_server_the_model_is_judged_by_its_calls(
                 "message": "back up staging",
                 "expect": [{"operation": "run_backup", "entities": {"environment": "staging"}}],
             },
-            {"user": "viewer", "message": "deploy 12 to staging", "forbid": ["deploy_dashboard"]},
+            {
+                "user": "viewer",
+                "message": f"deploy {dashboard} to staging",
+                "forbid": ["deploy_dashboard"],
+            },
         ],
     )
 
@@ -194,7 +206,7 @@ def test_on_the_replay_server_the_model_is_judged_by_its_calls(
     assert rows[2]["proposed"] == [
         {
             "operation": "deploy_dashboard",
-            "entities": {"dashboard": "12", "target": "staging"},
+            "entities": {"dashboard": dashboard, "target": "staging"},
             "decision": "denied",
         }
     ]
