@@ -490,14 +490,29 @@ def _prepared(call: Call, prepared: Any) -> Outcome | None:
         return call.failed(
             TypeError(f"{tool.operation}'s prepare returned {type(prepared).__name__}")
         )
-    if prepared.preview is not None and prepared.preview.get("kind") not in PREVIEW_KINDS:
-        return call.failed(ValueError(f"{tool.operation}'s preview has an unknown kind"))
+    problem = _misshapen(prepared)
+    if problem is not None:
+        return call.failed(ValueError(f"{tool.operation}'s prepare returned {problem}"))
     if prepared.entities is not None:
         try:  # the handler gets what prepare resolved, held to the same signature
             call.values = tool.validate(prepared.entities)
         except InvalidEntities as exc:
             return call.failed(TypeError(f"{tool.operation}'s prepare resolved {exc.message}"))
     call.prepared = prepared
+    return None
+
+
+def _misshapen(prepared: Prepared) -> str | None:
+    """What in a ``Prepared`` the pending action could not store or show, if anything."""
+    if not isinstance(prepared.summary, str):
+        return "a summary that is not text"
+    if not isinstance(prepared.confirm_phrase, str) or len(prepared.confirm_phrase) > 200:
+        return "a confirm phrase that is not text of at most 200 characters"
+    preview = prepared.preview
+    if preview is not None and (
+        not isinstance(preview, dict) or preview.get("kind") not in PREVIEW_KINDS
+    ):
+        return "a preview of no known kind"
     return None
 
 

@@ -206,6 +206,9 @@ async def test_an_async_prepare_is_awaited_on_the_async_door(plain_user, site):
         pytest.param(lambda: {"summary": "not a Prepared"}, id="not-a-prepared"),
         pytest.param(lambda: Prepared(summary="x", entities={"crate": 8}), id="resolved-badly"),
         pytest.param(lambda: Prepared(summary="x", preview={"kind": "poem"}), id="unknown-preview"),
+        pytest.param(lambda: Prepared(summary="x", preview=["a list"]), id="preview-not-a-dict"),
+        pytest.param(lambda: Prepared(summary="x", confirm_phrase="x" * 201), id="phrase-too-long"),
+        pytest.param(lambda: Prepared(summary=7), id="summary-not-text"),
     ],
 )
 def test_a_broken_prepare_fails_the_call_and_asks_nobody(plain_user, made):
