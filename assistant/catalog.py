@@ -15,18 +15,26 @@ from .dispatch import failed_toolsets
 from .lifecycle import ToolSession, process_session
 from .permissions import access_for, denials, required_permissions
 from .registry import AssistantTool, ToolRegistry, registry
+from .tokens import Ceiling
 
 
 def visible_tools(
-    user: Any, *, session: ToolSession | None = None, site: ToolRegistry = registry
+    user: Any,
+    *,
+    session: ToolSession | None = None,
+    site: ToolRegistry = registry,
+    ceiling: Ceiling | None = None,
 ) -> list[AssistantTool]:
-    """The tools this user may call (in this tool session, or the process's), in order."""
+    """The tools this user may call (in this tool session, or the process's; under a token's
+    ceiling), in order."""
     failed = failed_toolsets(session)
     access = access_for(user)
     return [
         tool
         for tool in site
-        if not (failed and tool.toolset in failed) and not denials(access, tool)
+        if not (failed and tool.toolset in failed)
+        and not denials(access, tool)
+        and (ceiling is None or ceiling.allows(tool))
     ]
 
 

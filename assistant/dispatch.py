@@ -56,6 +56,7 @@ from .registry import (
     registry,
 )
 from .storable import UNSTORABLE_CHARACTERS, plain, storable, storable_text
+from .tokens import Ceiling
 
 logger = logging.getLogger("assistant.dispatch")
 Decision = AuditEntry.Decision
@@ -84,6 +85,8 @@ class CallContext(NamedTuple):
     cancel: CancellationToken | None = None
     session: ToolSession | None = None
     site: ToolRegistry = registry
+    ceiling: Ceiling | None = None  # a bearer token's: narrower than the user's permissions
+    client: str = ""  # who called, for the audit: an MCP client's name and version, a token's name
 
     def but(self, **changes: Any) -> CallContext:
         """This context with some fields changed (a child stop token, the action's conversation)."""
@@ -170,6 +173,7 @@ def _audit_row(
         error=storable_text(outcome.error_summary),
         reason=storable_text(outcome.reason),
         source=context.source,
+        client=storable_text(context.client[:200]),
         request_ip=context.request_ip,
         conversation=conversation,
         pending_action=outcome.pending_action,
@@ -375,6 +379,9 @@ def authorize(call: Call) -> Outcome | None:
         call.access = access_for(call.context.user)
     if denials(call.access, call.tool):
         return call.stop(Decision.DENIED, refusal(call.access, call.tool, call.context.site))
+    ceiling = call.context.ceiling
+    if ceiling is not None and not ceiling.allows(call.tool):
+        return call.stop(Decision.DENIED, ceiling.refusal(call.tool))
     return None
 
 

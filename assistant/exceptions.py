@@ -75,6 +75,19 @@ class AccountInactive(PermissionDenied):
     code = "account_inactive"
 
 
+class OutsideTokenScope(PermissionDenied):
+    """The bearer token's ceiling (a risk level, a set of operations) does not cover this tool."""
+
+    code = "token_scope"
+
+
+class InvalidToken(AssistantError):
+    """No usable bearer token: missing, unknown, revoked or expired (the code says which)."""
+
+    code = "invalid_token"
+    status = 401
+
+
 class NotFound(AssistantError, LookupError):
     """Nothing of yours is there."""
 

@@ -216,6 +216,11 @@ class PendingAction(models.Model):
         on_delete=models.SET_NULL,
         related_name="+",
     )
+    # what the decided action came to ({"decision", "text", "data"}), for a caller that asks again
+    result = models.JSONField(null=True, blank=True, encoder=DjangoJSONEncoder)
+    # an MCP client's call that opened it (a digest): its retry finds this action, never a second
+    request_key = models.CharField(max_length=64, blank=True, db_index=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)  # when that retry got the result
 
     objects: ClassVar[PendingActionQuerySet] = PendingActionQuerySet.as_manager()  # type: ignore[assignment]
 
@@ -453,6 +458,9 @@ class AuditEntry(models.Model):
     error = models.TextField(blank=True)
     reason = models.TextField(blank=True)  # the approver's reason, where the policy asks for one
     source = models.CharField(max_length=16, blank=True)
+    client = models.CharField(
+        max_length=200, blank=True
+    )  # an MCP client's name and version, a token's name
     request_ip = models.GenericIPAddressField(null=True, blank=True)
     conversation = models.ForeignKey(
         Conversation, null=True, blank=True, on_delete=models.SET_NULL, related_name="audit_entries"
@@ -752,3 +760,72 @@ class ValidationFinding(models.Model):
 
     def __str__(self) -> str:
         return f"{self.rule}: {self.outcome}"
+
+
+class AccessTokenQuerySet(models.QuerySet["AccessToken"]):
+    def owned_by(self, user: Any) -> AccessTokenQuerySet:
+        return self.filter(user=user)
+
+    def usable(self) -> AccessTokenQuerySet:
+        """Neither revoked nor expired."""
+        now = timezone.now()
+        return self.filter(revoked_at__isnull=True).exclude(expires_at__lte=now)
+
+
+class AccessToken(models.Model):
+    """A personal access token: a user's bearer credential for machine clients, stored hashed.
+
+    The secret is shown once, at creation; the row keeps its SHA-256 digest (the secret is 32
+    random bytes, so a fast digest is as safe as a slow one) and a prefix to tell tokens apart.
+    A ceiling narrows what the token may do below its user's permissions: a highest risk level
+    and/or a set of operations.
+    """
+
+    PREFIX = "dop_"
+
+    id = models.BigAutoField(primary_key=True)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="assistant_access_tokens"
+    )
+    name = models.CharField(max_length=100)
+    key_prefix = models.CharField(max_length=16, editable=False)
+    digest = models.CharField(max_length=64, unique=True, editable=False)
+    max_risk = models.CharField(
+        max_length=16, choices=[(level.value, level.value) for level in RiskLevel], blank=True
+    )
+    operations = models.JSONField(default=list, blank=True)  # empty: every operation
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects: ClassVar[AccessTokenQuerySet] = AccessTokenQuerySet.as_manager()  # type: ignore[assignment]
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "personal access token"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.key_prefix}…)"
+
+    @staticmethod
+    def digest_of(secret: str) -> str:
+        return hashlib.sha256(secret.encode()).hexdigest()
+
+    @property
+    def is_expired(self) -> bool:
+        return self.expires_at is not None and self.expires_at <= timezone.now()
+
+    @property
+    def is_usable(self) -> bool:
+        return self.revoked_at is None and not self.is_expired
+
+    def revoke(self) -> bool:
+        """Revoke it now (once: a second revoke changes nothing and answers False)."""
+        now = timezone.now()
+        changed = AccessToken.objects.filter(pk=self.pk, revoked_at__isnull=True).update(
+            revoked_at=now
+        )
+        if changed:
+            self.revoked_at = now
+        return bool(changed)

@@ -113,6 +113,10 @@ class AssistantTool:
     # resolves and checks a call before the gate: (call, **entities) -> Prepared | ToolResult
     prepare: Callable[..., Any] | None = None
     prepare_is_async: bool = False
+    # MCP annotations (hints for clients): the same call twice has no further effect; the tool
+    # reaches beyond this project (the internet, another system). None: not declared.
+    idempotent: bool | None = None
+    open_world: bool | None = None
 
     @classmethod
     def declare(
@@ -134,6 +138,8 @@ class AssistantTool:
         permission_mode: PermissionMode = "all",
         prepare: Callable[..., Any] | None = None,
         method: bool = False,
+        idempotent: bool | None = None,
+        open_world: bool | None = None,
     ) -> AssistantTool:
         """Build a tool from a declaration, raising ``ToolDefinitionError`` for anything unsafe."""
         if not isinstance(operation, str) or not OPERATION_RE.match(operation):
@@ -205,6 +211,9 @@ class AssistantTool:
             raise fail("keywords must be non-empty strings")
         if prepare is not None and not callable(prepare):
             raise fail("prepare must be a callable taking the call and the entities")
+        for hint, value in (("idempotent", idempotent), ("open_world", open_world)):
+            if value is not None and not isinstance(value, bool):
+                raise fail(f"{hint} must be True, False or None")
 
         return cls(
             operation=operation,
@@ -228,6 +237,8 @@ class AssistantTool:
             method=method,
             prepare=prepare,
             prepare_is_async=inspect.iscoroutinefunction(prepare),
+            idempotent=idempotent,
+            open_world=open_world,
         )
 
     @property
@@ -403,6 +414,8 @@ def assistant_tool(
     timeout: float | None = None,
     permission_mode: PermissionMode = "all",
     prepare: Callable[..., Any] | None = None,
+    idempotent: bool | None = None,
+    open_world: bool | None = None,
     site: ToolRegistry | None = None,
 ) -> Callable[[F], F]:
     """Declare a handler as an assistant tool; registers it and returns the function unchanged."""
@@ -426,6 +439,8 @@ def assistant_tool(
             timeout=timeout,
             permission_mode=permission_mode,
             prepare=prepare,
+            idempotent=idempotent,
+            open_world=open_world,
         )
         if not method:  # a Toolset method is registered with its class (@register_toolset)
             (site if site is not None else registry).register(tool)

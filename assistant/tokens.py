@@ -1,0 +1,141 @@
+"""Bearer credentials for machine clients: personal access tokens, DRF tokens, and their ceilings.
+
+``authenticate_bearer`` is the one place a bearer key becomes a user, for every surface that
+takes one (MCP, the API): a personal access token (``dop_…``, stored hashed), or the key of a
+``rest_framework.authtoken`` token when that app is installed. A token's ceiling narrows what
+it may do below its user's permissions; dispatch and the catalog apply it (``CallContext.ceiling``).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from asgiref.sync import sync_to_async
+from django.apps import apps
+from django.utils import timezone
+
+from .exceptions import AccountInactive, InvalidToken, OutsideTokenScope
+from .registry import AssistantTool, RiskLevel
+
+RISK_ORDER = {RiskLevel.SAFE: 0, RiskLevel.GUARDED: 1, RiskLevel.DANGEROUS: 2}
+# last_used_at is written at most this often per token (not one UPDATE per request)
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Ceiling:
+    """What a token may reach at most: tools up to a risk level, and/or only some operations."""
+
+    max_risk: RiskLevel | None = None
+    operations: frozenset[str] | None = None
+
+    def allows(self, tool: AssistantTool) -> bool:
+        if self.max_risk is not None and RISK_ORDER[tool.risk_level] > RISK_ORDER[self.max_risk]:
+            return False
+        return self.operations is None or tool.operation in self.operations
+
+    def refusal(self, tool: AssistantTool) -> OutsideTokenScope:
+        return OutsideTokenScope(f"This token does not allow {tool.operation}.")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Bearer:
+    """Who a bearer key signs in, through which kind of token, under which ceiling."""
+
+    user: Any
+    kind: Literal["personal", "drf", "oauth"]
+    name: str  # the audit's client column: a personal token's name, "DRF token", an OAuth client's
+    ceiling: Ceiling | None = None
+    token_id: Any = None  # a personal token's or an OAuth access token's primary key
+    scopes: frozenset[str] = frozenset()
+
+
+def issue(
+    user: Any,
+    *,
+    name: str,
+    expires_at: datetime | None = None,
+    max_risk: str = "",
+    operations: Collection[str] = (),
+) -> tuple[Any, str]:
+    """Create a personal access token; returns the row and the secret (shown once, never stored)."""
+    from .models import AccessToken
+
+    secret = AccessToken.PREFIX + secrets.token_urlsafe(32)
+    token = AccessToken.objects.create(
+        user=user,
+        name=name,
+        key_prefix=secret[: len(AccessToken.PREFIX) + 6],
+        digest=AccessToken.digest_of(secret),
+        expires_at=expires_at,
+        max_risk=max_risk,
+        operations=sorted(set(operations)),
+    )
+    return token, secret
+
+
+def ceiling_of(token: Any) -> Ceiling | None:
+    """A personal token's ceiling (None when it has none)."""
+    if not token.max_risk and not token.operations:
+        return None
+    return Ceiling(
+        max_risk=RiskLevel(token.max_risk) if token.max_risk else None,
+        operations=frozenset(token.operations) if token.operations else None,
+    )
+
+
+def authenticate_bearer(key: str) -> Bearer:
+    """The user a bearer key signs in; raises ``InvalidToken`` (401) or ``AccountInactive``."""
+    key = key.strip()
+    if not key or len(key) > 512 or not key.isprintable():
+        raise InvalidToken("A bearer token is required.")
+    from .models import AccessToken
+
+    if key.startswith(AccessToken.PREFIX):
+        return _personal(key)
+    if apps.is_installed("rest_framework.authtoken"):
+        from rest_framework.authtoken.models import Token
+
+        drf = Token.objects.select_related("user").filter(key=key).first()
+        if drf is not None:
+            _check_active(drf.user)
+            return Bearer(user=drf.user, kind="drf", name="DRF token")
+    raise InvalidToken("This token is not valid.")
+
+
+async def aauthenticate_bearer(key: str) -> Bearer:
+    return await sync_to_async(authenticate_bearer)(key)
+
+
+def _personal(key: str) -> Bearer:
+    from .models import AccessToken
+
+    token = (
+        AccessToken.objects.select_related("user").filter(digest=AccessToken.digest_of(key)).first()
+    )
+    if token is None:
+        raise InvalidToken("This token is not valid.")
+    if token.revoked_at is not None:
+        raise InvalidToken("This token was revoked.", code="token_revoked")
+    if token.is_expired:
+        raise InvalidToken("This token has expired.", code="token_expired")
+    _check_active(token.user)
+    now = timezone.now()
+    if token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION:
+        AccessToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    return Bearer(
+        user=token.user,
+        kind="personal",
+        name=token.name,
+        ceiling=ceiling_of(token),
+        token_id=token.pk,
+    )
+
+
+def _check_active(user: Any) -> None:
+    if not user.is_active:
+        raise AccountInactive()
