@@ -147,6 +147,33 @@ SETTINGS: dict[str, Setting] = {
         "operation or risk level (an operation's entry wins); unset: requires_confirmation "
         "tools are asked (confirm), the others run (auto)",
     ),
+    "MCP_ELICITATION": Setting(
+        default="guarded",
+        accepts=lambda value: value in ("guarded", "never"),
+        expected="'guarded' or 'never'",
+        example="'never'",
+        doc="MCP clients: 'guarded' lets a guarded tool's plain confirmation be answered in the "
+        "client's own form (elicitation); 'never' sends every confirmation to the approvals page",
+    ),
+    "MCP_JOB_WAIT": Setting(
+        default=120,
+        accepts=_number(0, strict=False),
+        expected="a number of seconds (0 or more)",
+        example="120",
+        doc="how long an MCP call that started a job waits for its result, reporting progress "
+        "(the job outlives the wait; get_task_status reaches it)",
+        kind=float,
+    ),
+    "PUBLIC_URL": Setting(
+        default=None,
+        accepts=lambda value: (
+            value is None or (isinstance(value, str) and value.startswith(("http://", "https://")))
+        ),
+        expected="None or an absolute http(s) URL",
+        example="'https://ops.example.com'",
+        doc="where users reach this site, for links sent to machine clients (the approval page "
+        "an MCP client is pointed at); None: the request's own host (stdio: a relative link)",
+    ),
     "PLANNER": Setting(
         default="keywords",
         accepts=_one_of("keywords", "llm"),

@@ -129,10 +129,28 @@ def _noted(call: Call, outcome: Outcome, answer: Answer) -> Outcome:
     return outcome
 
 
+def kept(call: Call, outcome: Outcome) -> Outcome:
+    """A decided action keeps what it came to, for a caller that asks again (an MCP retry)."""
+    action = call.action
+    if action is not None and action.status != PendingAction.Status.PENDING:
+        result = outcome.result
+        PendingAction.objects.filter(pk=action.pk, result__isnull=True).update(
+            result=storable(
+                {
+                    "decision": outcome.decision,
+                    "code": outcome.code,
+                    "text": outcome.text,
+                    "data": result.data if result is not None else None,
+                }
+            )
+        )
+    return outcome
+
+
 def _claimed_here(call: Call, stopped: Outcome | None, answer: Answer) -> Outcome:
     """The sync tail: claim, run, audit."""
     outcome = stopped or claim(call, answer) or run_sync(call)
-    return audited(call, _noted(call, outcome, answer))
+    return kept(call, audited(call, _noted(call, outcome, answer)))
 
 
 async def _claimed_in_loop(call: Call, stopped: Outcome | None, answer: Answer) -> Outcome:
@@ -143,7 +161,8 @@ async def _claimed_in_loop(call: Call, stopped: Outcome | None, answer: Answer) 
     try:
         outcome = await make_ready(call) or await sync_to_async(claim)(call, answer)
         outcome = outcome or await run_async(call)
-        return await aaudited(call, _noted(call, outcome, answer))
+        outcome = await aaudited(call, _noted(call, outcome, answer))
+        return await sync_to_async(kept)(call, outcome)
     finally:
         if own is not None:
             await own.stop()
@@ -199,12 +218,12 @@ def cancel_action(
     except ActionExpired as exc:
         action = PendingAction.objects.get(pk=action_id)
         call = _refusal(action, context)
-        return audited(call, call.stop(Decision.EXPIRED, exc))
+        return kept(call, audited(call, call.stop(Decision.EXPIRED, exc)))
     call = _refusal(action, context)
     result = ToolResult(text=f"Cancelled {action.operation}.")
     outcome = call.finish(Decision.CANCELLED, result=result)
     outcome.reason = answer.audit_reason(action, "refused")
-    return audited(call, outcome)
+    return kept(call, audited(call, outcome))
 
 
 def _refusal(action: PendingAction, context: CallContext) -> Call:

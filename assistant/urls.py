@@ -12,4 +12,5 @@ urlpatterns = [
     path("login/", views.LoginView.as_view(), name="login"),
     path("logout/", views.LogoutView.as_view(), name="logout"),
     path("api/", include("assistant.api.urls")),
+    path("mcp/", views.mcp_endpoint, name="mcp"),
 ]

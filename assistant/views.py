@@ -6,9 +6,10 @@ import uuid
 
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
+from django.views.decorators.csrf import csrf_exempt
 
 from .conf import assistant_settings
 from .models import PendingAction
@@ -106,3 +107,20 @@ class LogoutView(auth_views.LogoutView):
     def get_default_redirect_url(self) -> str:
         """Without ``?next=``, the app's sign-in page rather than the project's ``LOGOUT_REDIRECT_URL``."""
         return reverse("assistant:login")
+
+
+@csrf_exempt  # bearer tokens only: the endpoint never reads a cookie, so there is nothing to forge
+async def mcp_endpoint(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
+    """MCP over Streamable HTTP (``assistant.mcp``), when the ``[mcp]`` extra is installed."""
+    try:
+        from . import mcp
+    except ImportError:
+        return JsonResponse(
+            {
+                "code": "mcp_not_installed",
+                "detail": "The MCP endpoint needs the official SDK: pip install "
+                "'django-ops-assistant[mcp]'.",
+            },
+            status=501,
+        )
+    return await mcp.serve(request)
