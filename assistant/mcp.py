@@ -44,7 +44,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from . import __version__
+from . import __version__, oauth
 from .approvals import policy_for
 from .cancellation import CancellationToken
 from .catalog import visible_tools
@@ -632,8 +632,6 @@ def sdk_user(bearer: Bearer) -> AuthenticatedUser:
 
 # -- the Django view: authenticate, check the origin, hand the request to the SDK ----------------
 
-BEARER_CHALLENGE = 'Bearer realm="assistant"'
-
 
 def refused(status: int, code: str, detail: str, **headers: str) -> HttpResponse:
     response = JsonResponse({"code": code, "detail": detail}, status=status)
@@ -673,16 +671,16 @@ async def serve(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
             401,
             "not_authenticated",
             "Send a bearer token: Authorization: Bearer <token>.",
-            WWW_Authenticate=BEARER_CHALLENGE,
+            WWW_Authenticate=oauth.challenge(request),
         )
     try:
-        bearer = await aauthenticate_bearer(key)
+        bearer = await aauthenticate_bearer(key, resource=oauth.resource_of(request))
     except AssistantError as exc:
         return refused(
             401,
             exc.code,
             exc.message,
-            WWW_Authenticate=f'{BEARER_CHALLENGE}, error="invalid_token"',
+            WWW_Authenticate=oauth.challenge(request, error="invalid_token"),
         )
     caller = Caller(
         bearer=bearer,

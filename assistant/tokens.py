@@ -47,7 +47,7 @@ class Bearer:
     """Who a bearer key signs in, through which kind of token, under which ceiling."""
 
     user: Any
-    kind: Literal["personal", "drf", "oauth"]
+    kind: Literal["personal", "drf", "oauth", "local"]
     name: str  # the audit's client column: a personal token's name, "DRF token", an OAuth client's
     ceiling: Ceiling | None = None
     token_id: Any = None  # a personal token's or an OAuth access token's primary key
@@ -88,8 +88,16 @@ def ceiling_of(token: Any) -> Ceiling | None:
     )
 
 
-def authenticate_bearer(key: str) -> Bearer:
-    """The user a bearer key signs in; raises ``InvalidToken`` (401) or ``AccountInactive``."""
+def scope_ceiling(scopes: frozenset[str]) -> Ceiling | None:
+    """An OAuth token's scopes as a ceiling (the OAuth part of the README names them)."""
+    return None
+
+
+def authenticate_bearer(key: str, *, resource: str | None = None) -> Bearer:
+    """The user a bearer key signs in; raises ``InvalidToken`` (401) or ``AccountInactive``.
+
+    ``resource`` is the endpoint's own URL: an OAuth token must be bound to it (RFC 8707).
+    """
     key = key.strip()
     if not key or len(key) > 512 or not key.isprintable():
         raise InvalidToken("A bearer token is required.")
@@ -104,11 +112,25 @@ def authenticate_bearer(key: str) -> Bearer:
         if drf is not None:
             _check_active(drf.user)
             return Bearer(user=drf.user, kind="drf", name="DRF token")
+    from . import oauth
+
+    if oauth.enabled():
+        grant = oauth.grant_for(key, resource=resource)
+        if grant is not None:
+            _check_active(grant.user)
+            return Bearer(
+                user=grant.user,
+                kind="oauth",
+                name=grant.client_name,
+                ceiling=scope_ceiling(grant.scopes),
+                token_id=grant.token_id,
+                scopes=grant.scopes,
+            )
     raise InvalidToken("This token is not valid.")
 
 
-async def aauthenticate_bearer(key: str) -> Bearer:
-    return await sync_to_async(authenticate_bearer)(key)
+async def aauthenticate_bearer(key: str, *, resource: str | None = None) -> Bearer:
+    return await sync_to_async(authenticate_bearer)(key, resource=resource)
 
 
 def _personal(key: str) -> Bearer:
