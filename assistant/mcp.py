@@ -153,13 +153,10 @@ def text_result(text: str, *, data: Any = None, error: bool = False) -> types.Ca
 
 def result_of(outcome: Outcome) -> types.CallToolResult:
     """An outcome as a tool result: text carries the result's text, structuredContent its data;
-    a refusal or a failure is an ``isError`` result that names its stable code."""
-    if outcome.result is not None and outcome.error is None:
-        return text_result(
-            outcome.result.text,
-            data=outcome.result.data,
-            error=not outcome.ok and not _benign(outcome),
-        )
+    anything else (a refusal, a failure, a rejection) is an ``isError`` result naming its code."""
+    result = outcome.result
+    if outcome.error is None and result is not None and (outcome.ok or _benign(outcome)):
+        return text_result(result.text, data=result.data)
     code = outcome.code or outcome.decision
     return text_result(
         f"{outcome.text} [{code}]",
@@ -303,7 +300,7 @@ async def ask(
     """Put a pending action to the human: in the client's form, at our approvals page, or say where."""
     capabilities = ctx.session.client_capabilities
     if elicits_form(action, capabilities):
-        message = f"Approve? {action.summary}"
+        message = f"Approve this action? {action.summary}"
         if is_modern(ctx):
             return types.InputRequiredResult(
                 input_requests={
@@ -738,7 +735,14 @@ async def _bridged(scope: dict[str, Any], body: bytes) -> HttpResponse | Streami
             await messages.put({"type": "assistant.done"})
 
     task = asyncio.ensure_future(handle())
-    start = await messages.get()
+    try:
+        start = await messages.get()
+        first = await messages.get() if start["type"] == "http.response.start" else start
+    except asyncio.CancelledError:  # the client left before the answer began (Django noticed)
+        gone.set()
+        with suppress(TimeoutError, asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(task), 5)
+        raise
     if start["type"] != "http.response.start":
         gone.set()
         await task
@@ -746,7 +750,6 @@ async def _bridged(scope: dict[str, Any], body: bytes) -> HttpResponse | Streami
         return refused(503, "mcp_unavailable", "The MCP endpoint could not answer; try again.")
     status = start["status"]
     headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in start.get("headers", [])]
-    first = await messages.get()
     if first["type"] != "http.response.body" or not first.get("more_body", False):
         gone.set()
         await task

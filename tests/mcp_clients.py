@@ -1,0 +1,78 @@
+"""MCP test helpers: the official client against a live server, and the servers it talks to."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+from django.db import connection
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.test_channel_layers import ROOT, free_port, wait_until_listening
+
+MODES = ["legacy", "2026-07-28"]  # the 2025-11-25 handshake, and the stateless revision
+PATH = "/assistant/mcp/"
+
+
+def mcp_client(base_url: str, secret: str | None, mode: str = "legacy", **options: Any) -> Client:
+    """The official client over Streamable HTTP, sending ``secret`` as its bearer token."""
+    headers = {"Authorization": f"Bearer {secret}"} if secret else {}
+    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=60))
+    return Client(streamable_http_client(base_url + PATH, http_client=http), mode=mode, **options)
+
+
+def database_url() -> str:
+    """The test database, as a server process started by a test reaches it."""
+    db = connection.settings_dict
+    if db["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{db['NAME']}"
+    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
+    return f"postgres://{db['USER']}{password}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+def server_command(kind: str, port: int) -> list[str]:
+    if kind == "daphne":
+        return [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
+    # lifespan "auto": Django's handler declines it, so the MCP endpoint starts without one
+    uvicorn = [sys.executable, "-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port)]
+    return [*uvicorn, "--lifespan", "auto", "--log-level", "warning"]
+
+
+@contextlib.contextmanager
+def server_processes(kinds: list[str], tmp_path: Path) -> Iterator[list[str]]:
+    """The test project served by these ASGI servers, one process each, on the test database."""
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DATABASE_URL": database_url(),
+    }
+    processes: list[tuple[int, subprocess.Popen[bytes], Path]] = []
+    try:
+        for kind in kinds:
+            port = free_port()
+            log = tmp_path / f"{kind}-{port}.log"
+            with log.open("wb") as output:
+                command = [*server_command(kind, port), "tests.asgi:application"]
+                process = subprocess.Popen(
+                    command, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT
+                )
+            processes.append((port, process, log))
+        for port, process, log in processes:
+            wait_until_listening(port, process, log)
+        yield [f"http://127.0.0.1:{port}" for port, _, _ in processes]
+    finally:
+        for _, process, _ in processes:
+            process.terminate()
+        for _, process, _ in processes:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
