@@ -630,6 +630,17 @@ def sdk_user(bearer: Bearer) -> AuthenticatedUser:
 # -- the Django view: authenticate, check the origin, hand the request to the SDK ----------------
 
 
+TRANSPORT_CODES = {
+    400: "bad_request",
+    404: "session_not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    413: "request_too_large",
+    415: "unsupported_media_type",
+    503: "mcp_unavailable",
+}
+
+
 def refused(status: int, code: str, detail: str, **headers: str) -> HttpResponse:
     response = JsonResponse({"code": code, "detail": detail}, status=status)
     for name, value in headers.items():
@@ -753,7 +764,13 @@ async def _bridged(scope: dict[str, Any], body: bytes) -> HttpResponse | Streami
     if first["type"] != "http.response.body" or not first.get("more_body", False):
         gone.set()
         await task
-        response = HttpResponse(first.get("body", b""), status=status)
+        body = first.get("body", b"")
+        kind = next((v for k, v in headers if k.lower() == "content-type"), "")
+        if status >= 400 and not kind.startswith("application/json"):
+            # the transport's own refusals (a wrong content type or method) speak JSON too
+            detail = body.decode("utf-8", "replace").strip() or "The request was refused."
+            return refused(status, TRANSPORT_CODES.get(status, "bad_request"), detail)
+        response = HttpResponse(body, status=status)
         _copy_headers(response, headers)
         return response
 
