@@ -202,6 +202,7 @@ class AuditEntrySerializer(serializers.ModelSerializer[AuditEntry]):
             "duration_ms",
             "error",
             "source",
+            "client",
             "request_ip",
             "conversation",
             "pending_action",

@@ -38,6 +38,7 @@ EXPORT_FIELDS = [
     "decision",
     "duration_ms",
     "source",
+    "client",
     "request_ip",
     "conversation_id",
     "pending_action_id",

@@ -374,6 +374,7 @@ def test_the_csv_export_streams_the_filtered_rows_newest_first(
         "decision": "confirmation_requested",
         "duration_ms": str(entry.duration_ms),
         "source": "api",
+        "client": "",
         "request_ip": "",
         "conversation_id": "",
         "pending_action_id": str(entry.pending_action_id),
