@@ -28,6 +28,7 @@ CHANGE_PAGES = {  # a record of the ``world`` fixture → its changelist
     "job": JOBS,
     "task": TASKS,
     "run": RUNS,
+    "token": TOKENS,
 }
 EXPORT_FIELDS = [
     "id",
