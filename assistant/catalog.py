@@ -44,9 +44,10 @@ def get_catalog(
     style: Literal["openai", "anthropic"] = "openai",
     session: ToolSession | None = None,
     site: ToolRegistry = registry,
+    ceiling: Ceiling | None = None,
 ) -> list[dict[str, Any]]:
     """The LLM-ready tool list for this user (OpenAI or Anthropic tool format)."""
-    tools = visible_tools(user, session=session, site=site)
+    tools = visible_tools(user, session=session, site=site, ceiling=ceiling)
     if style == "anthropic":
         return [tool.anthropic_spec() for tool in tools]
     return [tool.openai_spec() for tool in tools]

@@ -38,6 +38,7 @@ from .planner import get_planner
 from .registry import ToolRegistry, ToolResult, registry
 from .runner import keep, lane, loop_state, request_stop
 from .storable import storable_text
+from .tokens import Ceiling
 from .turn import Turn
 
 logger = logging.getLogger("assistant.chat")
@@ -293,12 +294,15 @@ async def arun_turn(
     run_id: str | None = None,
     session: ToolSession | None = None,
     idempotency_key: str | None = None,
+    ceiling: Ceiling | None = None,
+    client: str = "",
 ) -> TurnResult:
     """A whole turn: the user's message is stored first, the reply whatever happens.
 
     Without a ``session`` (REST, CLI) the turn gets its own, whose toolsets start on first use
     and stop when the turn ends. A turn sent again with the same ``idempotency_key`` is not
-    run again: the first one is returned as stored.
+    run again: the first one is returned as stored. A bearer token's ``ceiling`` bounds both
+    the planner's catalog and the turn's calls; ``client`` names the caller in their audit.
     """
     earlier = await sync_to_async(earlier_turn)(user, idempotency_key)
     if earlier is not None:
@@ -317,6 +321,8 @@ async def arun_turn(
         cancel=cancel,
         run_id=run_id,
         session=session or new_session(),
+        ceiling=ceiling,
+        client=client,
     )
     try:
         return await run_started_turn(turn)
@@ -334,6 +340,8 @@ def run_turn(
     request_ip: str | None = None,
     site: ToolRegistry = registry,
     idempotency_key: str | None = None,
+    ceiling: Ceiling | None = None,
+    client: str = "",
 ) -> TurnResult:
     """The sync twin of ``arun_turn`` (REST, CLI): the same turn, returned whole."""
     return async_to_sync(arun_turn)(
@@ -344,6 +352,8 @@ def run_turn(
         request_ip=request_ip,
         site=site,
         idempotency_key=idempotency_key,
+        ceiling=ceiling,
+        client=client,
     )
 
 

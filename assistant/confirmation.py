@@ -247,11 +247,21 @@ async def acancel_action(
 
 
 def record_action(
-    request: Any, operation: str, entities: dict[str, Any], *, domain: str = ""
+    request: Any,
+    operation: str,
+    entities: dict[str, Any],
+    *,
+    domain: str = "",
+    source: str = "admin",
+    client: str = "",
 ) -> int:
-    """Audit a staff action taken outside dispatch (the admin's Run now, Cancel job)."""
+    """Audit an action taken outside dispatch (the admin's Run now, Cancel job; a token's
+    creation or revocation)."""
     context = CallContext(
-        user=request.user, source="admin", request_ip=request.META.get("REMOTE_ADDR") or None
+        user=request.user,
+        source=source,
+        request_ip=request.META.get("REMOTE_ADDR") or None,
+        client=client,
     )
     outcome = Outcome(operation=operation, decision=Decision.EXECUTED, entities=storable(entities))
     return write_audit(context, outcome, domain=domain)

@@ -300,6 +300,7 @@ class Call:
             cancel=self.cancel or CancellationToken(),
             toolset=self.toolset,
             session=context.session,
+            ceiling=context.ceiling,
             jobs=JobManager(
                 user=context.user, conversation=context.conversation, operation=self.tool.operation
             ),

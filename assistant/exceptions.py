@@ -81,6 +81,23 @@ class OutsideTokenScope(PermissionDenied):
     code = "token_scope"
 
 
+class SessionRequired(PermissionDenied):
+    """Creating a token needs a signed-in browser session: a token cannot mint tokens."""
+
+    code = "session_required"
+
+
+class UnknownTokenOperations(AssistantError, ValueError):
+    """A token's ceiling names operations that are not yours to use (or do not exist)."""
+
+    code = "unknown_operation"
+    status = 400
+
+    def __init__(self, names: list[str]) -> None:
+        self.errors = {"operations": f"unknown operation(s): {', '.join(names)}"}
+        super().__init__(f"No such operation(s) of yours: {', '.join(names)}.")
+
+
 class InvalidToken(AssistantError):
     """No usable bearer token: missing, unknown, revoked or expired (the code says which)."""
 

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from .jobs import JobManager
     from .lifecycle import ToolSession, Toolset
     from .models import Conversation, PendingAction
+    from .tokens import Ceiling
 
 F = TypeVar("F", bound=Callable[..., Any])
 PermissionCheck = tuple[str, str] | str
@@ -79,6 +80,7 @@ class ToolCall:
     cancel: CancellationToken | None = None
     toolset: Toolset | Any = None  # the Toolset instance serving a toolset tool
     session: ToolSession | None = None  # the tool session the call runs in
+    ceiling: Ceiling | None = None  # the bearer token's, when one made the call
     jobs: JobManager  # ``call.jobs.enqueue(func, *args)`` for long work
 
     @property

@@ -23,6 +23,7 @@ from .lifecycle import ToolSession
 from .models import Conversation, Message
 from .redaction import redact_data, redact_text, redacted, sensitive_values, unfinished_secret
 from .registry import ToolRegistry, registry
+from .tokens import Ceiling
 
 logger = logging.getLogger("assistant.turn")
 TURN_FAILED = (
@@ -110,6 +111,8 @@ class Turn:
         cancel: CancellationToken | None = None,
         run_id: str | None = None,
         session: ToolSession | None = None,
+        ceiling: Ceiling | None = None,
+        client: str = "",
     ) -> None:
         self.user = user
         self.conversation = conversation
@@ -118,6 +121,10 @@ class Turn:
         self.request_ip = request_ip
         self.site = site
         self.session = session
+        self.ceiling = (
+            ceiling  # a bearer token's: its calls and its planner's catalog stay under it
+        )
+        self.client = client
         self.cancel = cancel or CancellationToken()
         self.thread_id = str(conversation.pk)
         self.run_id = run_id or uuid.uuid4().hex
@@ -151,6 +158,8 @@ class Turn:
             cancel=self.cancel.child(),
             session=self.session,
             site=self.site,
+            ceiling=self.ceiling,
+            client=self.client,
         )
 
     async def emit(self, event: Any) -> dict[str, Any]:

@@ -36,6 +36,7 @@ def component(document: dict[str, Any], name: str) -> dict[str, Any]:
         ("/actions/", "PaginatedPendingActionList", "PendingAction"),
         ("/jobs/", "PaginatedJobList", "Job"),
         ("/admin/audit/", "PaginatedAuditEntryList", "AuditEntry"),
+        ("/tokens/", "PaginatedAccessTokenList", "AccessToken"),
     ],
 )
 def test_lists_are_documented_as_the_page_envelopes_they_answer(
@@ -99,9 +100,25 @@ def test_nullable_outcome_fields_say_so(document: dict[str, Any]) -> None:
         ("MessageInputRequest", "message"),
         ("DispatchInputRequest", "operation"),
         ("ValidationTaskInputRequest", "target"),
+        ("AccessTokenInputRequest", "name"),
     ],
 )
 def test_strings_the_api_refuses_blank_are_documented_non_blank(
     document: dict[str, Any], request_component: str, field: str
 ) -> None:
     assert component(document, request_component)["properties"][field]["minLength"] == 1
+
+
+def test_only_a_created_token_documents_its_secret(document: dict[str, Any]) -> None:
+    created = responses(document, "/tokens/", "post")["201"]
+    revoked = responses(document, "/tokens/{token_id}/", "delete")["200"]
+
+    assert body_schema(created) == "AccessTokenCreated"
+    assert "token" in component(document, "AccessTokenCreated")["required"]
+    assert body_schema(revoked) == "AccessToken"
+    assert "token" not in component(document, "AccessToken")["properties"]
+    assert component(document, "AccessTokenInputRequest")["properties"]["expires_in_days"] == {
+        **component(document, "AccessTokenInputRequest")["properties"]["expires_in_days"],
+        "minimum": 1,
+        "maximum": 366,
+    }

@@ -107,6 +107,7 @@ def test_the_wheel_holds_the_app_and_nothing_of_the_example_project(
         "assistant/static/assistant/chat.js",
         "assistant/static/assistant/chat.css",
         "assistant/static/assistant/render.js",
+        "assistant/static/assistant/tokens.js",
         "assistant/static/assistant/vendor/marked.umd.js",
         "assistant/static/assistant/vendor/purify.min.js",
         "assistant/static/assistant/vendor/LICENSE-marked",

@@ -21,6 +21,8 @@ DECISION_COLOURS = {
     "queued": "#52606d",
     "running": "#2457c5",
     "pending": "#9a6700",
+    "usable": "#127a3c",
+    "expired": "#52606d",
 }
 
 

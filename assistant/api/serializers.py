@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.utils import timezone
 from drf_spectacular.utils import PolymorphicProxySerializer
 from rest_framework import serializers
 
 from ..dispatch import Outcome
 from ..models import (
+    AccessToken,
     AuditEntry,
     Conversation,
     Job,
@@ -18,6 +21,7 @@ from ..models import (
     ValidationRun,
     ValidationTask,
 )
+from ..registry import RiskLevel
 
 
 class MessageInput(serializers.Serializer[Any]):
@@ -343,3 +347,87 @@ class ValidationRunSerializer(serializers.ModelSerializer[ValidationRun]):
             "finished_at",
             "findings",
         ]
+
+
+RISK_CHOICES = [level.value for level in RiskLevel]
+MAX_TOKEN_DAYS = 366
+
+
+class AccessTokenInput(serializers.Serializer[Any]):
+    name = serializers.CharField(max_length=100, help_text="what the token is for")
+    expires_in_days = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=1,
+        max_value=MAX_TOKEN_DAYS,
+        help_text="days until it stops working (or expires_at; neither: it never expires)",
+    )
+    expires_at = serializers.DateTimeField(required=False, allow_null=True)
+    max_risk = serializers.ChoiceField(
+        choices=RISK_CHOICES,
+        required=False,
+        allow_blank=True,
+        allow_null=True,
+        help_text="the riskiest tools it may call (none: every risk level)",
+    )
+    operations = serializers.ListField(
+        child=serializers.CharField(max_length=64),
+        required=False,
+        max_length=500,
+        help_text="the only operations it may call (empty: every one you may use)",
+    )
+
+    def validate_expires_at(self, value: datetime | None) -> datetime | None:
+        if value is not None and value <= timezone.now():
+            raise serializers.ValidationError("must be in the future")
+        if value is not None and value > timezone.now() + timedelta(days=MAX_TOKEN_DAYS):
+            raise serializers.ValidationError(f"at most {MAX_TOKEN_DAYS} days from now")
+        return value
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        days = attrs.pop("expires_in_days", None)
+        if days is not None and attrs.get("expires_at") is not None:
+            raise serializers.ValidationError(
+                {"expires_at": "give expires_in_days or expires_at, not both"}
+            )
+        if days is not None:
+            attrs["expires_at"] = timezone.now() + timedelta(days=days)
+        attrs["max_risk"] = attrs.get("max_risk") or ""
+        return attrs
+
+
+class AccessTokenSerializer(serializers.ModelSerializer[AccessToken]):
+    max_risk = serializers.ChoiceField(choices=RISK_CHOICES, allow_null=True)
+    operations = serializers.ListField(child=serializers.CharField())
+    usable = serializers.BooleanField(source="is_usable", help_text="neither revoked nor expired")
+
+    class Meta:
+        model = AccessToken
+        fields = [
+            "id",
+            "name",
+            "key_prefix",
+            "created_at",
+            "expires_at",
+            "last_used_at",
+            "revoked_at",
+            "max_risk",
+            "operations",
+            "usable",
+        ]
+        read_only_fields = fields
+
+    def to_representation(self, instance: AccessToken) -> dict[str, Any]:
+        data: dict[str, Any] = super().to_representation(instance)
+        data["max_risk"] = data["max_risk"] or None
+        return data
+
+
+class AccessTokenCreatedSerializer(AccessTokenSerializer):
+    token = serializers.CharField(
+        help_text="the secret, for `Authorization: Bearer`: shown this once, never again"
+    )
+
+    class Meta(AccessTokenSerializer.Meta):
+        fields = [*AccessTokenSerializer.Meta.fields, "token"]
+        read_only_fields = fields

@@ -67,6 +67,8 @@ schema_patterns = [
     path("jobs/", views.JobListView.as_view(), name="jobs"),
     path("jobs/<uuid:job_id>/", views.JobDetailView.as_view(), name="job"),
     path("jobs/<uuid:job_id>/cancel/", views.JobCancelView.as_view(), name="job-cancel"),
+    path("tokens/", views.AccessTokenListView.as_view(), name="tokens"),
+    path("tokens/<int:token_id>/", views.AccessTokenDetailView.as_view(), name="token"),
 ]
 
 

@@ -20,6 +20,7 @@ from rest_framework.authentication import (
     BaseAuthentication,
     SessionAuthentication,
     TokenAuthentication,
+    get_authorization_header,
 )
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.pagination import BasePagination, CursorPagination, PageNumberPagination
@@ -39,15 +40,34 @@ from ..chat import (
     run_turn,
     search_conversations,
 )
-from ..confirmation import cancel_action, confirm_action
-from ..dispatch import Outcome, dispatch
-from ..exceptions import AccountInactive, AssistantError
+from ..confirmation import cancel_action, confirm_action, record_action
+from ..dispatch import CallContext, Outcome, dispatch
+from ..exceptions import (
+    AccountInactive,
+    AssistantError,
+    InvalidToken,
+    SessionRequired,
+    UnknownTokenOperations,
+)
 from ..jobs import cancel_job, job_for
-from ..models import AuditEntry, Conversation, Job, PendingAction, ValidationRun, ValidationTask
-from ..permissions import IsAuditViewer, session_user_is_inactive
+from ..models import (
+    AccessToken,
+    AuditEntry,
+    Conversation,
+    Job,
+    PendingAction,
+    ValidationRun,
+    ValidationTask,
+)
+from ..permissions import IsAuditViewer, access_for, denials, session_user_is_inactive
+from ..registry import registry
 from ..throttling import AssistantThrottle
+from ..tokens import Bearer, authenticate_bearer, issue
 from ..validation import ValidationTaskService
 from .serializers import (
+    AccessTokenCreatedSerializer,
+    AccessTokenInput,
+    AccessTokenSerializer,
     AuditEntrySerializer,
     CancelInput,
     ConfirmInput,
@@ -107,6 +127,34 @@ class AssistantTokenAuthentication(TokenAuthentication):
             if self.get_model()._default_manager.filter(key=key, user__is_active=False).exists():
                 raise account_inactive() from None
             raise
+
+
+class BearerAuthentication(BaseAuthentication):
+    """``Authorization: Bearer <key>``: a personal access token, or a DRF token's key
+    (``tokens.authenticate_bearer``); ``request.auth`` is the ``tokens.Bearer``."""
+
+    def authenticate(self, request: Request) -> tuple[Any, Bearer] | None:
+        words = get_authorization_header(request).split()
+        if not words or words[0].lower() != b"bearer":
+            return None
+        if len(words) != 2:
+            raise exceptions.AuthenticationFailed(
+                "Send one token: Authorization: Bearer <token>.", code=InvalidToken.code
+            )
+        try:
+            bearer = authenticate_bearer(words[1].decode("ascii"))
+        except UnicodeDecodeError:
+            raise exceptions.AuthenticationFailed(
+                "This token is not valid.", code=InvalidToken.code
+            ) from None
+        except InvalidToken as exc:
+            raise exceptions.AuthenticationFailed(exc.message, code=exc.code) from None
+        except AccountInactive:
+            raise account_inactive() from None
+        return bearer.user, bearer
+
+    def authenticate_header(self, request: Request) -> str:
+        return 'Bearer realm="assistant"'
 
 
 class BrowserSessionScheme(SessionScheme):  # type: ignore[no-untyped-call]
@@ -233,7 +281,8 @@ class AssistantAPIView(APIView):
         return paginator.get_paginated_response(serializer(page, many=True).data)
 
     def get_authenticators(self) -> list[BaseAuthentication]:
-        authenticators: list[BaseAuthentication] = []
+        # the first one's authenticate_header is every 401's WWW-Authenticate
+        authenticators: list[BaseAuthentication] = [BearerAuthentication()]
         if apps.is_installed("rest_framework.authtoken"):
             authenticators.append(AssistantTokenAuthentication())
         authenticators.append(BrowserSessionAuthentication())
@@ -251,6 +300,23 @@ class AssistantAPIView(APIView):
 
     def client_ip(self) -> str | None:
         return self.request.META.get("REMOTE_ADDR") or None
+
+    def bearer(self) -> Bearer | None:
+        """The bearer token this request came with (None for a session or a ``Token`` key)."""
+        auth = self.request.auth
+        return auth if isinstance(auth, Bearer) else None
+
+    def call_context(self, **changes: Any) -> CallContext:
+        """The context of the calls this request makes: under its bearer token's ceiling."""
+        bearer = self.bearer()
+        return CallContext(
+            user=self.request.user,
+            source="rest",
+            request_ip=self.client_ip(),
+            ceiling=bearer.ceiling if bearer else None,
+            client=bearer.name if bearer else "",
+            **changes,
+        )
 
     def outcome_response(self, outcome: Outcome) -> Response:
         serializer: Any = OutcomeSerializer(outcome)  # its "data" field shadows .data for mypy
@@ -295,11 +361,12 @@ class ToolsView(AssistantAPIView):
     )
     def get(self, request: Request) -> Response:
         style = request.query_params.get("style", "inventory")
+        ceiling = self.call_context().ceiling
         if style == "openai" or style == "anthropic":
-            return Response({"tools": get_catalog(request.user, style=style)})  # type: ignore[arg-type]
+            return Response({"tools": get_catalog(request.user, style=style, ceiling=ceiling)})  # type: ignore[arg-type]
         if style != "inventory":
             raise exceptions.ValidationError({"style": "choose inventory, openai or anthropic"})
-        tools = visible_tools(request.user)
+        tools = visible_tools(request.user, ceiling=ceiling)
         return Response({"tools": ToolSerializer(tools, many=True).data})
 
 
@@ -325,13 +392,16 @@ class MessagesView(AssistantAPIView):
     def post(self, request: Request) -> Response:
         data = MessageInput(data=request.data)
         data.is_valid(raise_exception=True)
+        context = self.call_context()
         turn = run_turn(
             request.user,
             data.validated_data["message"],
             conversation_id=data.validated_data.get("conversation"),
-            source="rest",
-            request_ip=self.client_ip(),
+            source=context.source,
+            request_ip=context.request_ip,
             idempotency_key=request.headers.get("Idempotency-Key"),
+            ceiling=context.ceiling,
+            client=context.client,
         )
         return Response(TurnSerializer(turn).data, status=status.HTTP_201_CREATED)
 
@@ -351,10 +421,7 @@ class DispatchView(AssistantAPIView):
         outcome = dispatch(
             data.validated_data["operation"],
             data.validated_data["entities"],
-            user=request.user,
-            conversation=conversation,
-            source="rest",
-            request_ip=self.client_ip(),
+            context=self.call_context(conversation=conversation),
         )
         return self.outcome_response(outcome)
 
@@ -408,9 +475,7 @@ class ActionConfirmView(AssistantAPIView):
                 action_id,
                 reason=data.validated_data["reason"],
                 phrase=data.validated_data["phrase"],
-                user=request.user,
-                source="rest",
-                request_ip=self.client_ip(),
+                context=self.call_context(),
             )
         )
 
@@ -424,11 +489,7 @@ class ActionCancelView(AssistantAPIView):
         data.is_valid(raise_exception=True)
         return self.outcome_response(
             cancel_action(
-                action_id,
-                reason=data.validated_data["reason"],
-                user=request.user,
-                source="rest",
-                request_ip=self.client_ip(),
+                action_id, reason=data.validated_data["reason"], context=self.call_context()
             )
         )
 
@@ -793,3 +854,81 @@ class ValidationRunListView(AssistantAPIView):
         if wanted:
             runs = runs.filter(task_id=query_id("task", wanted))
         return self.paginated(runs.order_by("-created_at", "-id"), ValidationRunSerializer)
+
+
+def _token_for(user: Any, token_id: Any) -> AccessToken:
+    """One of the user's tokens by path id; someone else's is as missing as no token at all."""
+    pk = parse_id(str(token_id))
+    token = AccessToken.objects.owned_by(user).filter(pk=pk).first() if pk is not None else None
+    if token is None:
+        raise exceptions.NotFound("No such token of yours.")
+    return token
+
+
+class AccessTokenListView(AssistantAPIView):
+    pagination_class = PagePagination
+
+    @extend_schema(
+        summary="Your personal access tokens, newest first (their secrets are never shown again)",
+        responses=AccessTokenSerializer(many=True),
+    )
+    def get(self, request: Request) -> Response:
+        tokens = AccessToken.objects.owned_by(request.user).order_by("-created_at", "-id")
+        return self.paginated(tokens, AccessTokenSerializer)
+
+    @extend_schema(
+        summary="Create a personal access token (from a browser session; the answer holds its "
+        "secret, this once)",
+        request=AccessTokenInput,
+        responses={201: AccessTokenCreatedSerializer},
+    )
+    def post(self, request: Request) -> Response:
+        if not isinstance(request.successful_authenticator, BrowserSessionAuthentication):
+            raise SessionRequired()
+        data = AccessTokenInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        wanted = list(dict.fromkeys(values.get("operations") or []))
+        if wanted:
+            # the user's tools by permission (a toolset that is down now still counts)
+            access = access_for(request.user)
+            yours = {tool.operation for tool in registry if not denials(access, tool)}
+            unknown = [name for name in wanted if name not in yours]
+            if unknown:
+                raise UnknownTokenOperations(unknown)
+        token, secret = issue(
+            request.user,
+            name=values["name"],
+            expires_at=values.get("expires_at"),
+            max_risk=values["max_risk"],
+            operations=wanted,
+        )
+        record_action(
+            request,
+            "create_access_token",
+            {"token": token.pk, "name": token.name},
+            domain="tokens",
+            source="rest",
+        )
+        body = {**AccessTokenSerializer(token).data, "token": secret}
+        return Response(body, status=status.HTTP_201_CREATED)
+
+
+class AccessTokenDetailView(AssistantAPIView):
+    @extend_schema(
+        summary="Revoke one of your tokens (at once, for good)",
+        responses={200: AccessTokenSerializer},
+    )
+    def delete(self, request: Request, token_id: int) -> Response:
+        token = _token_for(request.user, token_id)
+        if token.revoke():
+            bearer = self.bearer()
+            record_action(
+                request,
+                "revoke_access_token",
+                {"token": token.pk, "name": token.name},
+                domain="tokens",
+                source="rest",
+                client=bearer.name if bearer else "",
+            )
+        return Response(AccessTokenSerializer(token).data)

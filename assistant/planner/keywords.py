@@ -12,6 +12,7 @@ from ..catalog import visible_tools
 from ..entities import Entity
 from ..permissions import access_for, denials, known_domains
 from ..registry import AssistantTool, ToolRegistry, registry
+from ..tokens import Ceiling
 
 if TYPE_CHECKING:
     from ..turn import Turn
@@ -218,14 +219,24 @@ def refused_tools(user: Any, site: ToolRegistry = registry) -> list[AssistantToo
     return [tool for tool in site if tool.domain in known and denials(access, tool)]
 
 
-def plan(text: str, user: Any, site: ToolRegistry = registry, session: Any = None) -> list[Intent]:
+def plan(
+    text: str,
+    user: Any,
+    site: ToolRegistry = registry,
+    session: Any = None,
+    ceiling: Ceiling | None = None,
+) -> list[Intent]:
     """Map a message to one intent among the tools this user may use; unmatched → capabilities.
 
     A message naming a tool the user may not use, but may know of, goes to dispatch as it is
-    (no entities: dispatch refuses it before reading them) so its refusal says what it needs.
+    (no entities: dispatch refuses it before reading them) so its refusal says what it needs;
+    so does one naming a tool of the user's that the token's ``ceiling`` leaves out.
     """
     tools = visible_tools(user, session=session, site=site)
     refused = refused_tools(user, site)
+    if ceiling is not None:
+        refused += [tool for tool in tools if not ceiling.allows(tool)]
+        tools = [tool for tool in tools if ceiling.allows(tool)]
     tool = match_tool(text, tools + refused)
     if tool is not None and tool in refused:
         return [Intent(operation=tool.operation, source="keywords", refusal=True)]
@@ -240,7 +251,7 @@ def plan(text: str, user: Any, site: ToolRegistry = registry, session: Any = Non
 
 def _plan(turn: Turn) -> list[Intent]:
     assert turn.user_message is not None
-    return plan(turn.user_message.text, turn.user, turn.site, turn.session)
+    return plan(turn.user_message.text, turn.user, turn.site, turn.session, turn.ceiling)
 
 
 class KeywordPlanner:

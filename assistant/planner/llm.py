@@ -80,7 +80,9 @@ class LLMPlanner:
 
     async def converse(self, turn: Turn, config: dict[str, Any]) -> None:
         client = make_async_client(config)
-        tools = await sync_to_async(get_catalog)(turn.user, session=turn.session, site=turn.site)
+        tools = await sync_to_async(get_catalog)(
+            turn.user, session=turn.session, site=turn.site, ceiling=turn.ceiling
+        )
         earlier = await sync_to_async(history)(turn, config["MAX_HISTORY"])
         messages: list[dict[str, Any]] = [{"role": "system", "content": config["SYSTEM_PROMPT"]}]
         messages += earlier

@@ -19,7 +19,7 @@ from ..registry import ToolCall, ToolResult, assistant_tool
 )
 def show_capabilities(call: ToolCall) -> ToolResult:
     tools = sorted(
-        visible_tools(call.user, session=call.session),
+        visible_tools(call.user, session=call.session, ceiling=call.ceiling),
         key=lambda tool: (tool.domain, tool.operation),
     )
     lines = ["Here is what I can do for you:"]

@@ -10,6 +10,7 @@ from django.test import Client
 
 from assistant.dispatch import dispatch
 from assistant.models import AuditEntry, Conversation, Job, ValidationFinding, ValidationRun
+from assistant.tokens import issue
 from assistant.validation import ValidationTaskService
 from tests.admin.pages import SECRET, VIEW_EVERYTHING, History
 from tests.clients import client_for
@@ -81,4 +82,5 @@ def world(history: History, superuser: Any, clerk: Any) -> dict[str, Any]:
         "job": job,
         "task": task,
         "run": run,
+        "token": issue(clerk, name="ci", max_risk="safe", operations=["list_orders"])[0],
     }

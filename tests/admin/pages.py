@@ -20,6 +20,7 @@ JOBS = "/admin/assistant/job/"
 RUNS = "/admin/assistant/validationrun/"
 TASKS = "/admin/assistant/validationtask/"
 INVENTORY = "/admin/assistant/tool/"
+TOKENS = "/admin/assistant/accesstoken/"
 CHANGE_PAGES = {  # a record of the ``world`` fixture → its changelist
     "entry": AUDIT,
     "conversation": CONVERSATIONS,
@@ -27,6 +28,7 @@ CHANGE_PAGES = {  # a record of the ``world`` fixture → its changelist
     "job": JOBS,
     "task": TASKS,
     "run": RUNS,
+    "token": TOKENS,
 }
 EXPORT_FIELDS = [
     "id",

@@ -10,7 +10,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from assistant.models import AuditEntry, Message, ValidationRun
-from tests.admin.pages import AUDIT, CHANGE_PAGES, CONVERSATIONS, INVENTORY, RUNS, TASKS
+from tests.admin.pages import AUDIT, CHANGE_PAGES, CONVERSATIONS, INVENTORY, RUNS, TASKS, TOKENS
 from tests.axe import described, violations
 from tests.browsing import ARTIFACTS, signed_in_context
 
@@ -29,6 +29,7 @@ CHANGELISTS = [
     f"{TASKS}add/",
     INVENTORY,
     f"{INVENTORY}?user=clerk",
+    TOKENS,
 ]
 
 
