@@ -207,6 +207,14 @@ SETTINGS: dict[str, Setting] = {
         doc="stored messages a MESSAGES_SNAPSHOT carries (the newest)",
         kind=int,
     ),
+    "AGUI_CLIENT_TOOLS": Setting(
+        default=False,
+        accepts=_is_bool,
+        expected="True or False",
+        example="False",
+        doc="AG-UI over HTTP: take the client's own tools (RunAgentInput.tools); off, they are "
+        "ignored and a tool message in the input is refused (client_tools_disabled)",
+    ),
     "MAX_CONCURRENT_TURNS": Setting(
         default=32,
         accepts=_positive_int,

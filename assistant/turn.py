@@ -7,6 +7,7 @@ import json
 import logging
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -133,6 +134,7 @@ class Turn:
         self._echoed = False
         self._held = ""  # reply text not streamed yet: it may be the start of a secret
         self.publisher = Publisher(self.thread_id)
+        self.listener: Callable[[dict[str, Any]], None] | None = None  # a transport's own tap
         self.model = ""  # the language model that answered, if one did
         self.usage: dict[str, int] = {}  # its tokens, summed over the turn's model calls
         self._step_usage: dict[str, int] | None = None
@@ -158,6 +160,8 @@ class Turn:
         frame = events.frame(event, thread_id=self.thread_id, run_id=self.run_id)
         self.frames.append(frame)
         self.publisher.put(frame)
+        if self.listener is not None:
+            self.listener(frame)
         return frame
 
     def identify(self, operation: Any, entities: Any) -> None:
@@ -212,6 +216,10 @@ class Turn:
             for name, value in self._step_usage.items():
                 self.usage[name] = self.usage.get(name, 0) + value
         self._step_usage = None
+
+    def token_usage(self) -> list[Any] | None:
+        """The turn's usage as AG-UI reports it, when the language model reported any."""
+        return events.token_usage(self.model, self.usage)
 
     async def announce_call(self, tool_call_id: str, operation: str, arguments: str) -> None:
         await self.show_user_message()
@@ -295,11 +303,15 @@ class Turn:
             logger.exception("Storing the reply failed in conversation %s", self.thread_id)
             await sync_to_async(self._release_key)()
             lost = ReplyNotStored()
-            await self.emit(events.run_error(lost.message, lost.code))
+            await self.emit(events.run_error(lost.message, lost.code, usage=self.token_usage()))
             raise lost from exc
         if status == Message.Status.FAILED:
             code = error.code if error else "turn_failed"
-            await self.emit(events.run_error(error.message if error else TURN_FAILED, code))
+            await self.emit(
+                events.run_error(
+                    error.message if error else TURN_FAILED, code, usage=self.token_usage()
+                )
+            )
         else:
             await self.emit(
                 events.run_finished(
@@ -308,6 +320,7 @@ class Turn:
                     result={"message": self.message_id, "status": status},
                     interrupts=self.interrupts,
                     cancelled=status == Message.Status.CANCELLED,
+                    usage=self.token_usage(),
                 )
             )
         return message
