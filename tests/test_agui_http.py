@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +22,11 @@ from django.utils import timezone
 from pydantic import TypeAdapter
 from rest_framework.authtoken.models import Token
 
+from assistant.chat import thread_conversation
 from assistant.models import AuditEntry, Conversation, Message, PendingAction
+from tests.openai_peer import USAGE, call, text, tool_calls
+from tests.openai_peer import openai_peer as openai_peer  # the fixtures
+from tests.openai_peer import use_llm as use_llm
 from tests.testapp.models import Order
 
 AG_UI_EVENT: TypeAdapter[Any] = TypeAdapter(Event)
@@ -135,6 +144,28 @@ def test_a_message_streams_one_run_of_ag_ui_events_without_echoing_the_message(a
         ("assistant", only(events, EventType.TEXT_MESSAGE_CONTENT).delta, "complete"),
     ]
     assert finished.result["message"] == str(messages[1].pk)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_run_finished_carries_the_token_usage_the_model_reported(agent, use_llm, plain_user):
+    use_llm().script(tool_calls(call("ping")), text("Pinged."))
+
+    events = agent(plain_user).run(run_input("ping"))
+
+    steps = 2
+    assert events[-1].type == EventType.RUN_FINISHED
+    (usage,) = events[-1].usage
+    assert (usage.model, usage.input_tokens, usage.output_tokens, usage.total_tokens) == (
+        "test-model",
+        USAGE["prompt_tokens"] * steps,
+        USAGE["completion_tokens"] * steps,
+        USAGE["total_tokens"] * steps,
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_without_a_model_reports_no_usage(agent, plain_user):
+    assert agent(plain_user).run(run_input("ping"))[-1].usage is None
 
 
 @pytest.mark.django_db(transaction=True)
@@ -476,3 +507,68 @@ def test_a_client_that_disconnects_stops_the_turn_and_it_is_stored_cancelled(age
     reply = Message.objects.get(role="assistant")
     assert reply.status == "cancelled"
     assert reply.tool_calls[0]["decision"] != "executed"
+
+
+# -- an off-the-shelf client -----------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+AG_UI_CLIENT = ROOT / "node_modules" / "@ag-ui" / "client" / "package.json"
+
+
+def node_client() -> str:
+    """``node``, with @ag-ui/client installed (``npm ci``); else skip, or fail in CI."""
+    node = shutil.which("node")
+    if node is not None and AG_UI_CLIENT.exists():
+        return node
+    reason = "needs node and @ag-ui/client in node_modules (run `npm ci`)"
+    if os.environ.get("ASSISTANT_REQUIRE_SERVICES") == "1":
+        pytest.fail(f"ASSISTANT_REQUIRE_SERVICES=1: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_ag_ui_clients_http_agent_runs_a_message_an_interrupt_its_resume_and_an_abort(
+    asgi_live_server, clerk
+):
+    node = node_client()
+    order = Order.objects.create(reference="ORD-1")
+    env = {
+        **os.environ,
+        "AGUI_URL": f"{asgi_live_server}/assistant/agui/",
+        "AGUI_TOKEN": Token.objects.create(user=clerk).key,
+        "AGUI_ORDER": str(order.pk),
+    }
+
+    done = subprocess.run(
+        [node, str(ROOT / "tests" / "node" / "agui_client.mjs")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    message = report["message"]
+    assert message["types"][0] == "RUN_STARTED"
+    assert message["types"][-1] == "RUN_FINISHED"
+    assert message["text"] == Message.objects.filter(role="assistant").earliest("created_at").text
+    assert message["results"] == ["pong for clerk"]
+    assert "user" not in message["roles"]  # no echo: the client added the message itself
+    action = PendingAction.objects.get()
+    interrupt = report["interrupt"]
+    assert interrupt["finished"]["outcome"] == "interrupt"
+    assert [each["id"] for each in interrupt["finished"]["interrupts"]] == [str(action.pk)]
+    assert interrupt["pending"] == [str(action.pk)]
+    assert report["resume"]["finished"]["outcome"] == "success"
+    assert report["resume"]["results"] == [f"Cancelled order {order.pk}"]
+    assert Order.objects.get().status == "cancelled"
+    assert decisions("cancel_order") == ["confirmation_requested", "confirmed"]
+    aborted = thread_conversation(clerk, report["abort"]["thread"])
+    deadline = time.monotonic() + WAIT
+    while not aborted.messages.filter(role="assistant").exists():
+        assert time.monotonic() < deadline, "the aborted turn was never stored"
+        time.sleep(0.05)
+    assert aborted.messages.get(role="assistant").status == "cancelled"
