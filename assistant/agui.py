@@ -26,6 +26,7 @@ from ag_ui.core import (
 from ag_ui.encoder import EventEncoder
 from asgiref.sync import sync_to_async
 from django.core.serializers.json import DjangoJSONEncoder
+from django.db import DatabaseError
 from django.http import StreamingHttpResponse
 from pydantic import TypeAdapter, ValidationError
 from rest_framework.authentication import BaseAuthentication
@@ -213,16 +214,18 @@ class SSERun:
             run=Run(run_id=self.run_id, cancel=self.cancel, listener=self.frames.put_nowait),
         )
         try:
-            conversation = await self.started(launched)
-        except AssistantError as refused:
-            for data in self.refused(refused):
-                yield data
-            return
-        try:
+            try:
+                conversation = await self.started(launched)
+            except AssistantError as refused:
+                for data in self.refused(refused):
+                    yield data
+                return
             while True:
                 frame = await self.frames.get()
                 if frame["type"] in ENDS:
-                    yield self.encoder.encode(await self.snapshot(conversation))
+                    snapshot = await self.snapshot(conversation)
+                    if snapshot is not None:
+                        yield self.encoder.encode(snapshot)
                 shown = self.event(frame)
                 if shown is not None:
                     yield self.encoder.encode(shown)
@@ -265,9 +268,13 @@ class SSERun:
         event: BaseEvent = EVENTS.validate_python(data)
         return event
 
-    async def snapshot(self, conversation: Conversation) -> StateSnapshotEvent:
-        """The thread's waiting actions and running jobs, as the run ends."""
-        state = await sync_to_async(thread_state)(self.user, conversation)
+    async def snapshot(self, conversation: Conversation) -> StateSnapshotEvent | None:
+        """The thread's waiting actions and running jobs, as the run ends (None if unreadable)."""
+        try:
+            state = await sync_to_async(thread_state)(self.user, conversation)
+        except DatabaseError:  # the run's end still reaches the client
+            logger.exception("Reading the state of thread %s failed", conversation.pk)
+            return None
         return StateSnapshotEvent(snapshot=state)
 
 

@@ -410,7 +410,7 @@ class ActionAnswer:
 class Resumption:
     """Answers to actions waiting in one conversation, given in one run (AG-UI's resume).
 
-    An action of another conversation is not found; an expired one fails the run
+    An action of another conversation is not found; approving an expired one fails the run
     (``expired``); one already answered the same way by this user is told so, not run again.
     """
 
@@ -641,8 +641,8 @@ async def answer_actions(turn: Turn, answers: tuple[ActionAnswer, ...]) -> None:
         outcome = await answer_action(
             turn, answer.action, confirm=answer.confirm, reason=answer.reason, phrase=answer.phrase
         )
-        if outcome.decision == AuditEntry.Decision.EXPIRED and outcome.error is not None:
-            raise outcome.error
+        if answer.confirm and outcome.decision == AuditEntry.Decision.EXPIRED and outcome.error:
+            raise outcome.error  # (refusing an expired action is done: it can no longer run)
 
 
 def _answered_alike(user: Any, answer: ActionAnswer) -> bool:
