@@ -55,6 +55,7 @@ from .runner import loop_state
 logger = logging.getLogger("assistant.agui")
 EVENTS: TypeAdapter[Any] = TypeAdapter(Event)
 ENDS = ("RUN_FINISHED", "RUN_ERROR")
+MAX_ID_LENGTH = 200  # of a thread or run id: they travel in every event
 TEXT = ("TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END")
 
 
@@ -113,13 +114,23 @@ class AgentView(AssistantAPIView):
 def parse_input(data: Any) -> RunAgentInput:
     """The body as a RunAgentInput, or ``InvalidRunInput`` naming what is wrong."""
     try:
-        return RunAgentInput.model_validate(data)
+        run_input = RunAgentInput.model_validate(data)
     except ValidationError as exc:
         errors = [
             {"loc": [str(part) for part in error["loc"]], "msg": error["msg"]}
             for error in exc.errors(include_url=False, include_input=False)
         ]
         raise InvalidRunInput("The body is not a valid RunAgentInput.", errors=errors) from None
+    for field, value in (("threadId", run_input.thread_id), ("runId", run_input.run_id)):
+        if not 1 <= len(value) <= MAX_ID_LENGTH or not value.isprintable():
+            raise InvalidRunInput(
+                "The body is not a valid RunAgentInput.",
+                errors=[{"loc": [field], "msg": f"1 to {MAX_ID_LENGTH} printable characters"}],
+            )
+    interrupts = [entry.interrupt_id for entry in run_input.resume or []]
+    if len(set(interrupts)) != len(interrupts):
+        raise InvalidRunInput("Each interrupt is answered once.", code="invalid_resume")
+    return run_input
 
 
 def new_text(run_input: RunAgentInput) -> str:

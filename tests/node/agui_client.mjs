@@ -42,6 +42,9 @@ const report = {};
 const chat = agent();
 say(chat, "ping");
 report.message = await run(chat);
+say(chat, "ping"); // the agent resends its whole history, tool results included
+report.again = await run(chat);
+report.again.thread = chat.threadId;
 
 const approver = agent();
 say(approver, `cancel order ${order}`);
