@@ -601,3 +601,17 @@ def test_ag_ui_clients_http_agent_runs_a_message_an_interrupt_its_resume_and_an_
         assert time.monotonic() < deadline, "the aborted turn was never stored"
         time.sleep(0.05)
     assert aborted.messages.get(role="assistant").status == "cancelled"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_tool_the_user_may_not_use_is_refused_and_audited_as_from_agui(agent, reader):
+    order = Order.objects.create(reference="ORD-1")
+
+    events = agent(reader).run(run_input(f"cancel order {order.pk}"))
+
+    assert events[-1].type == EventType.RUN_FINISHED
+    assert events[-1].outcome is None  # nothing to approve: refused before asking
+    entry = AuditEntry.objects.get(operation="cancel_order")
+    assert (entry.decision, entry.source, entry.user_id) == ("denied", "agui", reader.pk)
+    assert not PendingAction.objects.exists()
+    assert Order.objects.get().status == "open"
