@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -41,8 +42,10 @@ from .chat import (
     NewMessage,
     Resumption,
     Run,
+    ToolResults,
     check_message,
     launch,
+    pending_client_calls,
     running_jobs,
     thread_conversation,
     waiting_actions,
@@ -51,10 +54,12 @@ from .conf import assistant_settings
 from .exceptions import AssistantError, InterruptPending, InvalidRunInput
 from .models import Conversation
 from .runner import loop_state
+from .turn import ClientResult, ClientTool
 
 logger = logging.getLogger("assistant.agui")
 EVENTS: TypeAdapter[Any] = TypeAdapter(Event)
 ENDS = ("RUN_FINISHED", "RUN_ERROR")
+TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,48}")  # and the model sees it prefixed (client__)
 MAX_ID_LENGTH = 200  # of a thread or run id: they travel in every event
 TEXT = ("TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END")
 
@@ -86,14 +91,21 @@ class AgentView(AssistantAPIView):
         conversation = thread_conversation(user, run_input.thread_id)
         waiting = {str(action.pk) for action in waiting_actions(user, conversation)}
         refusal: AssistantError | None = None
-        wanted: NewMessage | Resumption
+        wanted: NewMessage | Resumption | ToolResults
         if run_input.resume:
             answers = tuple(answer_of(entry) for entry in run_input.resume)
             wanted = Resumption(conversation=conversation, answers=answers)
             if waiting - {str(answer.action) for answer in answers}:
                 refusal = InterruptPending("Answer every interrupt of the thread in one resume.")
         else:
-            wanted = NewMessage(text=check_message(new_text(run_input)), conversation=conversation)
+            tools = client_tools(run_input)
+            results = trailing_results(run_input)
+            if results:
+                check_results(results, pending_client_calls(conversation))
+                wanted = ToolResults(conversation=conversation, results=results, client_tools=tools)
+            else:
+                text = check_message(new_text(run_input))
+                wanted = NewMessage(text=text, conversation=conversation, client_tools=tools)
             if waiting:
                 refusal = InterruptPending()
         encoder = EventEncoder(accept=request.headers.get("Accept", ""))
@@ -138,22 +150,68 @@ def new_text(run_input: RunAgentInput) -> str:
     if not run_input.messages:
         raise InvalidRunInput("The run has no new user message.", code="no_user_message")
     last = run_input.messages[-1]
-    if isinstance(last, ToolMessage):
-        if not assistant_settings.AGUI_CLIENT_TOOLS:
-            raise InvalidRunInput(
-                "Client tools are off here: a tool message answers nothing.",
-                code="client_tools_disabled",
-            )
-        raise InvalidRunInput(
-            "No client tool call of this thread waits for a result.", code="unknown_tool_call"
-        )
     if not isinstance(last, UserMessage):
         raise InvalidRunInput("The run has no new user message.", code="no_user_message")
-    if isinstance(last.content, str):
-        return last.content
-    if not all(isinstance(part, TextPart) for part in last.content):
+    return _text_of(last.content)
+
+
+def _text_of(content: str | list[Any]) -> str:
+    if isinstance(content, str):
+        return content
+    if not all(isinstance(part, TextPart) for part in content):
         raise InvalidRunInput("Only text is understood here.", code="unsupported_content")
-    return "".join(part.text for part in last.content if isinstance(part, TextPart))
+    return "".join(part.text for part in content if isinstance(part, TextPart))
+
+
+def client_tools(run_input: RunAgentInput) -> tuple[ClientTool, ...]:
+    """The client's own tools, when ``AGUI_CLIENT_TOOLS`` lets the LLM offer them (else none)."""
+    if not assistant_settings.AGUI_CLIENT_TOOLS:
+        return ()
+    tools = []
+    for index, tool in enumerate(run_input.tools or []):
+        parameters = tool.parameters if tool.parameters is not None else {"type": "object"}
+        if not TOOL_NAME.fullmatch(tool.name) or not isinstance(parameters, dict):
+            raise InvalidRunInput(
+                "The body is not a valid RunAgentInput.",
+                errors=[
+                    {
+                        "loc": ["tools", str(index)],
+                        "msg": "a name of 1 to 48 letters, digits, _ or -, and an object schema",
+                    }
+                ],
+            )
+        tools.append(
+            ClientTool(name=tool.name, description=tool.description, parameters=parameters)
+        )
+    return tuple(tools)
+
+
+def trailing_results(run_input: RunAgentInput) -> tuple[ClientResult, ...]:
+    """The tool messages that end the input: results of the client's own tools, if any."""
+    results: list[ClientResult] = []
+    for message in reversed(run_input.messages):
+        if not isinstance(message, ToolMessage):
+            break
+        content = _text_of(message.content)
+        if message.error:
+            content = json.dumps({"error": message.error, "content": content})
+        results.append(ClientResult(tool_call_id=message.tool_call_id, content=content))
+    if results and not assistant_settings.AGUI_CLIENT_TOOLS:
+        raise InvalidRunInput(
+            "Client tools are off here: a tool message answers nothing.",
+            code="client_tools_disabled",
+        )
+    return tuple(reversed(results))
+
+
+def check_results(results: tuple[ClientResult, ...], pending: list[str]) -> None:
+    """Refuse tool messages that are not the answers to the last run's client tool calls."""
+    given = [result.tool_call_id for result in results]
+    if sorted(given) != sorted(pending):
+        raise InvalidRunInput(
+            "The tool messages must answer the calls of your tools the last run made, each once.",
+            code="unknown_tool_call",
+        )
 
 
 def answer_of(entry: Any) -> ActionAnswer:
@@ -190,7 +248,7 @@ class SSERun:
     def __init__(
         self,
         user: Any,
-        wanted: NewMessage | Resumption,
+        wanted: NewMessage | Resumption | ToolResults,
         run_input: RunAgentInput,
         encoder: EventEncoder,
         *,

@@ -39,7 +39,7 @@ from .planner import get_planner
 from .registry import ToolRegistry, ToolResult, registry
 from .runner import keep, lane, loop_state, request_stop
 from .storable import storable_text
-from .turn import Turn
+from .turn import CLIENT_TOOL, ClientResult, ClientTool, Turn
 
 logger = logging.getLogger("assistant.chat")
 FRAME_FAILED = "Something went wrong; please try again."
@@ -120,6 +120,17 @@ def running_jobs(user: Any, conversation: Conversation) -> list[Job]:
         return []
     jobs = Job.objects.owned_by(user).active().filter(conversation=conversation)
     return list(jobs.order_by("created_at"))
+
+
+def pending_client_calls(conversation: Conversation) -> list[str]:
+    """The calls of the client's own tools that the conversation's last reply made and no run
+    has answered yet (AG-UI client tools), in order."""
+    if conversation._state.adding:
+        return []
+    last = Message.objects.filter(conversation=conversation).order_by("-created_at", "-id").first()
+    if last is None or last.role != Message.Role.ASSISTANT:
+        return []
+    return [r["tool_call_id"] for r in last.tool_calls or [] if r.get("decision") == CLIENT_TOOL]
 
 
 def check_title(title: Any) -> str:
@@ -393,6 +404,7 @@ class NewMessage:
 
     text: str
     conversation: Conversation | Any = None
+    client_tools: tuple[ClientTool, ...] = ()  # an AG-UI client's own, for the LLM to offer
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -418,7 +430,17 @@ class Resumption:
     answers: tuple[ActionAnswer, ...]
 
 
-Request = NewMessage | ActionAnswer | Resumption
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolResults:
+    """What the client's own tools returned for the calls the conversation's last reply made
+    (``pending_client_calls``, checked by the caller): that reply goes on in a run of its own."""
+
+    conversation: Conversation
+    results: tuple[ClientResult, ...]
+    client_tools: tuple[ClientTool, ...] = ()
+
+
+Request = NewMessage | ActionAnswer | Resumption | ToolResults
 
 
 class Launch:
@@ -486,7 +508,7 @@ async def _in_lane(
     # A Stop may come while the turn still waits for a lane: its token listens from now on.
     cancel = run.cancel or CancellationToken()
     control = loop_state().control
-    target = request.conversation if isinstance(request, NewMessage | Resumption) else None
+    target = None if isinstance(request, ActionAnswer) else request.conversation
     waiting = str(getattr(target, "pk", target)) if target else None
     queued = f"queued-{uuid.uuid4().hex}"
     if waiting:
@@ -561,9 +583,11 @@ def _begin(
             if action.conversation_id != request.conversation.pk:
                 raise ActionNotFound()
         conversation, message = request.conversation, None
+    elif isinstance(request, ToolResults):
+        conversation, message = request.conversation, None
     else:
         conversation, message = start_turn(user, request.text, request.conversation)
-    return Turn(
+    turn = Turn(
         user=user,
         conversation=conversation,
         user_message=message,
@@ -573,6 +597,11 @@ def _begin(
         cancel=cancel,
         run_id=run_id,
     )
+    if isinstance(request, NewMessage | ToolResults):
+        turn.client_tools = request.client_tools
+    if isinstance(request, ToolResults):
+        turn.client_results = request.results
+    return turn
 
 
 def _refusal(exc: Exception, request: Request) -> AssistantError:

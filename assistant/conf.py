@@ -212,8 +212,9 @@ SETTINGS: dict[str, Setting] = {
         accepts=_is_bool,
         expected="True or False",
         example="False",
-        doc="AG-UI over HTTP: take the client's own tools (RunAgentInput.tools); off, they are "
-        "ignored and a tool message in the input is refused (client_tools_disabled)",
+        doc="AG-UI over HTTP: the LLM planner offers the client's own tools (RunAgentInput.tools) "
+        "to the model as client__<name>, never dispatched here; off, they are ignored and a tool "
+        "message in the input is refused (client_tools_disabled)",
     ),
     "MAX_CONCURRENT_TURNS": Setting(
         default=32,

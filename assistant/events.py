@@ -17,6 +17,7 @@ from ag_ui.core import (
     RunFinishedCancelledOutcome,
     RunFinishedEvent,
     RunFinishedInterruptOutcome,
+    RunFinishedSuccessOutcome,
     RunStartedEvent,
     TextMessageContentEvent,
     TextMessageEndEvent,
@@ -58,6 +59,7 @@ def run_finished(
     result: Any = None,
     interrupts: list[Interrupt] | None = None,
     cancelled: bool = False,
+    pending_tool_calls: list[str] | None = None,
     usage: list[TokenUsage] | None = None,
 ) -> RunFinishedEvent:
     outcome: Any = None
@@ -65,6 +67,8 @@ def run_finished(
         outcome = RunFinishedInterruptOutcome(interrupts=interrupts)
     elif cancelled:
         outcome = RunFinishedCancelledOutcome()
+    elif pending_tool_calls:  # calls of the client's own tools, for it to answer
+        outcome = RunFinishedSuccessOutcome(pending_tool_call_ids=pending_tool_calls)
     return RunFinishedEvent(
         thread_id=thread_id, run_id=run_id, result=result, outcome=outcome, usage=usage
     )

@@ -615,3 +615,110 @@ def test_a_tool_the_user_may_not_use_is_refused_and_audited_as_from_agui(agent, 
     assert (entry.decision, entry.source, entry.user_id) == ("denied", "agui", reader.pk)
     assert not PendingAction.objects.exists()
     assert Order.objects.get().status == "open"
+
+
+# -- client tools ----------------------------------------------------------------------------
+
+PICK_COLOR = {
+    "name": "pick_color",
+    "description": "Ask the user to pick a colour in the page",
+    "parameters": {"type": "object", "properties": {"options": {"type": "array"}}},
+}
+
+
+@pytest.fixture
+def client_tools(settings: Any) -> None:
+    settings.ASSISTANT = {**settings.ASSISTANT, "AGUI_CLIENT_TOOLS": True}
+
+
+def offered(request: dict[str, Any]) -> list[str]:
+    return [tool["function"]["name"] for tool in request.get("tools") or []]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_client_tools_are_not_offered_to_the_model_by_default(agent, use_llm, plain_user):
+    peer = use_llm()
+    peer.script(text("Hello."))
+
+    agent(plain_user).run(run_input("hi", tools=[PICK_COLOR]))
+
+    assert "client__pick_color" not in offered(peer.requests[0])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_call_of_a_client_tool_ends_the_run_for_the_client_to_answer(
+    agent, use_llm, client_tools, plain_user
+):
+    peer = use_llm()
+    peer.script(tool_calls(call("client__pick_color", {"options": ["red", "blue"]}, id="c1")))
+
+    events = agent(plain_user).run(run_input("pick a colour", tools=[PICK_COLOR]))
+
+    assert "client__pick_color" in offered(peer.requests[0])
+    start = only(events, EventType.TOOL_CALL_START)
+    assert (start.tool_call_id, start.tool_call_name) == ("c1", "pick_color")
+    assert only(events, EventType.TOOL_CALL_ARGS).delta == '{"options": ["red", "blue"]}'
+    assert EventType.TOOL_CALL_RESULT not in [event.type for event in events]
+    assert events[-1].outcome.type == "success"
+    assert events[-1].outcome.pending_tool_call_ids == ["c1"]
+    assert not AuditEntry.objects.exists()  # nothing was dispatched
+    reply = Message.objects.get(role="assistant")
+    assert [(r["operation"], r["decision"]) for r in reply.tool_calls] == [
+        ("pick_color", "client_tool")
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_next_run_carries_the_client_tools_result_to_the_model(
+    agent, use_llm, client_tools, plain_user
+):
+    peer = use_llm()
+    peer.script(
+        tool_calls(call("client__pick_color", {"options": ["red"]}, id="c1")),
+        text("You picked red."),
+    )
+    client = agent(plain_user)
+    asked = run_input("pick a colour", tools=[PICK_COLOR])
+    client.run(asked)
+    answered = [
+        *asked["messages"],
+        {
+            "id": "a1",
+            "role": "assistant",
+            "toolCalls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "pick_color", "arguments": '{"options": ["red"]}'},
+                }
+            ],
+        },
+        {"id": "t1", "role": "tool", "content": "red", "toolCallId": "c1"},
+    ]
+
+    events = client.run(
+        run_input(None, thread_id=asked["threadId"], messages=answered, tools=[PICK_COLOR])
+    )
+
+    assert events[-1].type == EventType.RUN_FINISHED
+    assert events[-1].outcome is None
+    assert only(events, EventType.TEXT_MESSAGE_CONTENT).delta == "You picked red."
+    sent = peer.requests[1]["messages"]
+    assert sent[-2]["tool_calls"][0]["function"]["name"] == "client__pick_color"
+    assert sent[-1] == {"role": "tool", "tool_call_id": "c1", "content": "red"}
+    stored = Message.objects.order_by("created_at", "id").values_list("role", "text")
+    assert [role for role, _ in stored] == ["user", "assistant", "assistant"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_tool_message_that_answers_no_call_of_the_last_run_is_a_json_400(
+    agent, client_tools, plain_user
+):
+    body = run_input(
+        None, messages=[{"id": "t1", "role": "tool", "content": "red", "toolCallId": "made-up"}]
+    )
+
+    response = agent(plain_user).post(body)
+
+    assert response.status_code == 400
+    assert response.json()["code"] == "unknown_tool_call"
