@@ -60,6 +60,8 @@ logger = logging.getLogger("assistant.agui")
 EVENTS: TypeAdapter[Any] = TypeAdapter(Event)
 ENDS = ("RUN_FINISHED", "RUN_ERROR")
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,48}")  # and the model sees it prefixed (client__)
+KEEPALIVE = 15.0  # seconds of silence after which the stream says it is alive
+KEEPALIVE_COMMENT = ": keepalive\n\n"  # an SSE comment: clients read past it
 MAX_ID_LENGTH = 200  # of a thread or run id: they travel in every event
 TEXT = ("TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END")
 
@@ -290,7 +292,11 @@ class SSERun:
                     yield data
                 return
             while True:
-                frame = await self.frames.get()
+                try:
+                    frame = await asyncio.wait_for(self.frames.get(), KEEPALIVE)
+                except TimeoutError:
+                    yield KEEPALIVE_COMMENT  # a long tool: proxies keep the stream open
+                    continue
                 if frame["type"] in ENDS:
                     snapshot = await self.snapshot(conversation)
                     if snapshot is not None:

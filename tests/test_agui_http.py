@@ -22,6 +22,7 @@ from django.utils import timezone
 from pydantic import TypeAdapter
 from rest_framework.authtoken.models import Token
 
+from assistant import agui
 from assistant.chat import thread_conversation
 from assistant.models import AuditEntry, Conversation, Message, PendingAction
 from tests.openai_peer import USAGE, call, text, tool_calls
@@ -509,6 +510,21 @@ def test_a_new_message_while_an_interrupt_is_open_is_refused(agent, clerk):
     assert refused[-1].code == "interrupt_pending"
     assert Message.objects.count() == 2  # the first turn's only
     assert PendingAction.objects.get().status == "pending"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_long_silence_is_broken_by_keepalive_comments_clients_skip(
+    agent, plain_user, monkeypatch
+):
+    monkeypatch.setattr(agui, "KEEPALIVE", 0.05)  # the server runs in this process
+
+    with agent(plain_user).post(run_input("slow seconds=1"), stream=True) as response:
+        lines = [line for line in response.iter_lines(decode_unicode=True) if line]
+
+    assert ": keepalive" in lines
+    events = list(parse(iter(line for line in lines if not line.startswith(":"))))
+    assert types(events)[-1] == "RUN_FINISHED"
+    assert only(events, EventType.TOOL_CALL_RESULT).content == "slept 1s"
 
 
 # -- cancel ----------------------------------------------------------------------------------
