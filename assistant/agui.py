@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 import re
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -97,7 +98,7 @@ class AgentView(AssistantAPIView):
         if run_input.resume:
             answers = tuple(answer_of(entry) for entry in run_input.resume)
             wanted = Resumption(conversation=conversation, answers=answers)
-            if waiting - {str(answer.action) for answer in answers}:
+            if waiting - {_canonical(answer.action) for answer in answers}:
                 refusal = InterruptPending("Answer every interrupt of the thread in one resume.")
         else:
             tools = client_tools(run_input)
@@ -235,6 +236,14 @@ def answer_of(entry: Any) -> ActionAnswer:
         reason=_text(payload, "reason"),
         phrase=_text(payload, "phrase"),
     )
+
+
+def _canonical(action_id: str) -> str:
+    """An interrupt's id as ours are spelled (a UUID in any case or form), else as given."""
+    try:
+        return str(uuid.UUID(action_id))
+    except ValueError:
+        return action_id
 
 
 def _text(payload: dict[str, Any], key: str) -> str:

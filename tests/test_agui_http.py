@@ -263,6 +263,27 @@ def test_a_bad_token_is_a_json_401(asgi_live_server):
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_deactivated_users_token_is_a_json_401_account_inactive(agent, plain_user):
+    client = agent(plain_user)
+    type(plain_user).objects.filter(pk=plain_user.pk).update(is_active=False)
+
+    response = client.post(run_input())
+
+    assert response.status_code == 401
+    assert response.json()["code"] == "account_inactive"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_only_post_is_answered(agent, plain_user):
+    client = agent(plain_user)
+
+    response = requests.get(client.url, headers=client.headers, timeout=WAIT)
+
+    assert response.status_code == 405
+    assert response.json()["code"] == "method_not_allowed"
+
+
+@pytest.mark.django_db(transaction=True)
 def test_drf_token_keyword_is_accepted_too(agent, plain_user):
     client = agent(plain_user)
     client.headers["Authorization"] = client.headers["Authorization"].replace("Bearer", "Token")
@@ -422,7 +443,7 @@ def test_resume_approved_runs_the_action_once_and_streams_its_result(agent, cler
     asked, events = ask_to_cancel(client, order)
     interrupt_id = events[-1].outcome.interrupts[0].id
 
-    resumed = client.run(resume(asked, interrupt_id, approved=True))
+    resumed = client.run(resume(asked, interrupt_id.upper(), approved=True))
 
     assert types(resumed)[0] == "RUN_STARTED"
     assert only(resumed, EventType.TOOL_CALL_RESULT).content == f"Cancelled order {order.pk}"
