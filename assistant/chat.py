@@ -23,6 +23,7 @@ from .conf import assistant_settings
 from .confirmation import acancel_action, aconfirm_action, answerable, cancel_action
 from .dispatch import Outcome
 from .exceptions import (
+    ActionNotFound,
     AssistantError,
     ConversationNotFound,
     InvalidIdempotencyKey,
@@ -32,17 +33,20 @@ from .exceptions import (
     TurnInProgress,
 )
 from .lifecycle import ToolSession, new_session
-from .models import AuditEntry, Conversation, Message, PendingAction
+from .models import AuditEntry, Conversation, Job, Message, PendingAction
 from .permissions import refresh_access
 from .planner import get_planner
 from .registry import ToolRegistry, ToolResult, registry
 from .runner import keep, lane, loop_state, request_stop
 from .storable import storable_text
 from .tokens import Ceiling
-from .turn import Turn
+from .turn import CLIENT_TOOL, ClientResult, ClientTool, Turn
 
 logger = logging.getLogger("assistant.chat")
 FRAME_FAILED = "Something went wrong; please try again."
+# The conversation a client's own thread id names for one user (AG-UI clients choose the ids).
+THREADS = uuid.UUID("6f1d3a52-6c1b-4f5e-9a59-2d5bfe0c6a11")
+Listener = Callable[[dict[str, Any]], None]
 
 
 @dataclass(kw_only=True, slots=True)
@@ -86,6 +90,48 @@ def conversation_for(user: Any, conversation_id: Any) -> Conversation:
     if conversation is None:
         raise ConversationNotFound()
     return conversation
+
+
+def thread_conversation(user: Any, thread_id: str) -> Conversation:
+    """The conversation an AG-UI thread id names for this user: their own with that id, else the
+    one the id names for them alone (not saved until a message is), so another user's id, a
+    missing one and a malformed one all answer alike: a new thread."""
+    with contextlib.suppress(ConversationNotFound):
+        return conversation_for(user, thread_id)
+    pk = uuid.uuid5(THREADS, f"{user.pk}:{thread_id}")
+    conversation = Conversation.objects.filter(pk=pk).first()
+    if conversation is None:
+        return Conversation(pk=pk, user=user)
+    if conversation.user_id != user.pk:  # (a uuid5 collision): never someone else's
+        raise ConversationNotFound()
+    return conversation
+
+
+def waiting_actions(user: Any, conversation: Conversation) -> list[PendingAction]:
+    """The user's actions waiting for an answer in this conversation, oldest first."""
+    if conversation._state.adding:
+        return []
+    waiting = PendingAction.objects.owned_by(user).waiting().filter(conversation=conversation)
+    return list(waiting.select_related("user").order_by("created_at"))
+
+
+def running_jobs(user: Any, conversation: Conversation) -> list[Job]:
+    """The user's jobs of this conversation that are queued or running, oldest first."""
+    if conversation._state.adding:
+        return []
+    jobs = Job.objects.owned_by(user).active().filter(conversation=conversation)
+    return list(jobs.order_by("created_at"))
+
+
+def pending_client_calls(conversation: Conversation) -> list[str]:
+    """The calls of the client's own tools that the conversation's last reply made and no run
+    has answered yet (AG-UI client tools), in order."""
+    if conversation._state.adding:
+        return []
+    last = Message.objects.filter(conversation=conversation).order_by("-created_at", "-id").first()
+    if last is None or last.role != Message.Role.ASSISTANT:
+        return []
+    return [r["tool_call_id"] for r in last.tool_calls or [] if r.get("decision") == CLIENT_TOOL]
 
 
 def check_title(title: Any) -> str:
@@ -171,7 +217,8 @@ def start_turn(
     try:
         with transaction.atomic():
             if isinstance(conversation, Conversation):
-                pass
+                if conversation._state.adding:  # a new thread's (``thread_conversation``)
+                    conversation.save(force_insert=True)
             elif conversation:
                 conversation = conversation_for(user, conversation)
             else:
@@ -230,7 +277,7 @@ def _stored_outcome(
     )
 
 
-Work = Callable[[Turn], Awaitable[None]]
+Work = Callable[[Turn], Awaitable[Any]]
 
 
 async def run_started_turn(turn: Turn, work: Work | None = None) -> TurnResult:
@@ -367,6 +414,7 @@ class NewMessage:
 
     text: str
     conversation: Conversation | Any = None
+    client_tools: tuple[ClientTool, ...] = ()  # an AG-UI client's own, for the LLM to offer
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -378,6 +426,31 @@ class ActionAnswer:
     confirm: bool
     reason: str = ""
     phrase: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Resumption:
+    """Answers to actions waiting in one conversation, given in one run (AG-UI's resume).
+
+    An action of another conversation is not found; approving an expired one fails the run
+    (``expired``); one already answered the same way by this user is told so, not run again.
+    """
+
+    conversation: Conversation
+    answers: tuple[ActionAnswer, ...]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolResults:
+    """What the client's own tools returned for the calls the conversation's last reply made
+    (``pending_client_calls``, checked by the caller): that reply goes on in a run of its own."""
+
+    conversation: Conversation
+    results: tuple[ClientResult, ...]
+    client_tools: tuple[ClientTool, ...] = ()
+
+
+Request = NewMessage | ActionAnswer | Resumption | ToolResults
 
 
 class Launch:
@@ -401,18 +474,34 @@ class Launch:
             self._go.set()
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Run:
+    """How a transport wants its run: its id, its stop token, and a listener of its frames."""
+
+    run_id: str | None = None
+    cancel: CancellationToken | None = None
+    listener: Listener | None = None
+
+
 def launch(
     user: Any,
-    request: NewMessage | ActionAnswer,
+    request: Request,
     *,
     source: str,
     request_ip: str | None = None,
     session: ToolSession | None = None,
+    run: Run | None = None,
 ) -> Launch:
-    """Store a message (or find the pending action) and run its turn on a lane, in the background."""
+    """Store a message (or find the pending action) and run its turn on a lane, in the background.
+
+    ``run`` lets a transport that serves one run per request (AG-UI over HTTP) name it, stop it
+    and hear its frames itself, besides the conversation's sockets.
+    """
     launched = Launch()
     launched.task = keep(
-        asyncio.ensure_future(_in_lane(launched, user, request, source, request_ip, session))
+        asyncio.ensure_future(
+            _in_lane(launched, user, request, source, request_ip, session, run or Run())
+        )
     )
     return launched
 
@@ -420,15 +509,16 @@ def launch(
 async def _in_lane(
     launched: Launch,
     user: Any,
-    request: NewMessage | ActionAnswer,
+    request: Request,
     source: str,
     request_ip: str | None,
     session: ToolSession | None,
+    run: Run,
 ) -> TurnResult | None:
     # A Stop may come while the turn still waits for a lane: its token listens from now on.
-    cancel = CancellationToken()
+    cancel = run.cancel or CancellationToken()
     control = loop_state().control
-    target = request.conversation if isinstance(request, NewMessage) else None
+    target = None if isinstance(request, ActionAnswer) else request.conversation
     waiting = str(getattr(target, "pk", target)) if target else None
     queued = f"queued-{uuid.uuid4().hex}"
     if waiting:
@@ -443,13 +533,19 @@ async def _in_lane(
                     request_ip=request_ip,
                     session=session,
                     cancel=cancel,
+                    run_id=run.run_id,
                 )
             except Exception as exc:
                 launched._stored.set_exception(_refusal(exc, request))
                 launched._stored.exception()  # (retrieved: a caller that left is no error)
                 return None
+            turn.listener = run.listener
             launched._stored.set_result(turn.conversation)
             await launched._go.wait()
+            if isinstance(request, Resumption):
+                return await run_started_turn(
+                    turn, functools.partial(answer_actions, answers=request.answers)
+                )
             if isinstance(request, ActionAnswer):
                 answer = functools.partial(
                     answer_action,
@@ -467,12 +563,13 @@ async def _in_lane(
 
 def _begin(
     user: Any,
-    request: NewMessage | ActionAnswer,
+    request: Request,
     *,
     source: str,
     request_ip: str | None,
     session: ToolSession | None,
     cancel: CancellationToken,
+    run_id: str | None = None,
 ) -> Turn:
     if isinstance(request, ActionAnswer):
         return decision_turn(
@@ -484,8 +581,23 @@ def _begin(
             source=source,
             session=session,
         )
-    conversation, message = start_turn(user, request.text, request.conversation)
-    return Turn(
+    if isinstance(request, Resumption):
+        for answer in request.answers:
+            action = answerable(
+                answer.action,
+                user,
+                confirm=answer.confirm,
+                reason=answer.reason,
+                phrase=answer.phrase,
+            )
+            if action.conversation_id != request.conversation.pk:
+                raise ActionNotFound()
+        conversation, message = request.conversation, None
+    elif isinstance(request, ToolResults):
+        conversation, message = request.conversation, None
+    else:
+        conversation, message = start_turn(user, request.text, request.conversation)
+    turn = Turn(
         user=user,
         conversation=conversation,
         user_message=message,
@@ -493,14 +605,20 @@ def _begin(
         request_ip=request_ip,
         session=session,
         cancel=cancel,
+        run_id=run_id,
     )
+    if isinstance(request, NewMessage | ToolResults):
+        turn.client_tools = request.client_tools
+    if isinstance(request, ToolResults):
+        turn.client_results = request.results
+    return turn
 
 
-def _refusal(exc: Exception, request: NewMessage | ActionAnswer) -> AssistantError:
+def _refusal(exc: Exception, request: Request) -> AssistantError:
     """What the client is told when a turn cannot start (nothing was stored)."""
     if isinstance(exc, AssistantError):
         return exc
-    if isinstance(request, ActionAnswer):
+    if isinstance(request, ActionAnswer | Resumption):
         logger.exception("Starting a decision turn failed", exc_info=exc)
         return AssistantError(FRAME_FAILED, code="internal_error")
     if isinstance(exc, DatabaseError):
@@ -535,7 +653,7 @@ def decision_turn(
 
 async def answer_action(
     turn: Turn, action_id: Any, *, confirm: bool, reason: str = "", phrase: str = ""
-) -> None:
+) -> Outcome:
     """The work of a confirm or reject run: decide through dispatch and stream the outcome."""
     tool_call_id = f"call_{uuid.uuid4().hex[:16]}"
     if confirm:
@@ -547,3 +665,28 @@ async def answer_action(
     await turn.announce_call(tool_call_id, outcome.operation, json.dumps(outcome.entities))
     await turn.record(outcome, tool_call_id)
     await turn.say(outcome.text)
+    return outcome
+
+
+async def answer_actions(turn: Turn, answers: tuple[ActionAnswer, ...]) -> None:
+    """The work of a resumption: answer each action in turn (see ``Resumption``)."""
+    for index, answer in enumerate(answers):
+        if index:
+            await turn.say("\n")
+        if await sync_to_async(_answered_alike)(turn.user, answer):
+            verb = "approved" if answer.confirm else "rejected"
+            await turn.say(f"This action was already {verb}.")
+            continue
+        outcome = await answer_action(
+            turn, answer.action, confirm=answer.confirm, reason=answer.reason, phrase=answer.phrase
+        )
+        if answer.confirm and outcome.decision == AuditEntry.Decision.EXPIRED and outcome.error:
+            raise outcome.error  # (refusing an expired action is done: it can no longer run)
+
+
+def _answered_alike(user: Any, answer: ActionAnswer) -> bool:
+    """Whether this user already gave the action this answer (a resume sent twice)."""
+    status = PendingAction.Status.CONFIRMED if answer.confirm else PendingAction.Status.CANCELLED
+    return PendingAction.objects.filter(
+        pk=answer.action, status=status, decided_by_id=user.pk
+    ).exists()

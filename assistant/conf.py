@@ -234,6 +234,15 @@ SETTINGS: dict[str, Setting] = {
         doc="stored messages a MESSAGES_SNAPSHOT carries (the newest)",
         kind=int,
     ),
+    "AGUI_CLIENT_TOOLS": Setting(
+        default=False,
+        accepts=_is_bool,
+        expected="True or False",
+        example="False",
+        doc="AG-UI over HTTP: the LLM planner offers the client's own tools (RunAgentInput.tools) "
+        "to the model as client__<name>, never dispatched here; off, they are ignored and a tool "
+        "message in the input is refused (client_tools_disabled)",
+    ),
     "MAX_CONCURRENT_TURNS": Setting(
         default=32,
         accepts=_positive_int,

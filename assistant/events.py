@@ -17,10 +17,12 @@ from ag_ui.core import (
     RunFinishedCancelledOutcome,
     RunFinishedEvent,
     RunFinishedInterruptOutcome,
+    RunFinishedSuccessOutcome,
     RunStartedEvent,
     TextMessageContentEvent,
     TextMessageEndEvent,
     TextMessageStartEvent,
+    TokenUsage,
     ToolCallArgsEvent,
     ToolCallEndEvent,
     ToolCallResultEvent,
@@ -57,17 +59,44 @@ def run_finished(
     result: Any = None,
     interrupts: list[Interrupt] | None = None,
     cancelled: bool = False,
+    pending_tool_calls: list[str] | None = None,
+    usage: list[TokenUsage] | None = None,
 ) -> RunFinishedEvent:
     outcome: Any = None
     if interrupts:
         outcome = RunFinishedInterruptOutcome(interrupts=interrupts)
     elif cancelled:
         outcome = RunFinishedCancelledOutcome()
-    return RunFinishedEvent(thread_id=thread_id, run_id=run_id, result=result, outcome=outcome)
+    elif pending_tool_calls:  # calls of the client's own tools, for it to answer
+        outcome = RunFinishedSuccessOutcome(pending_tool_call_ids=pending_tool_calls)
+    return RunFinishedEvent(
+        thread_id=thread_id, run_id=run_id, result=result, outcome=outcome, usage=usage
+    )
 
 
-def run_error(message: str, code: str) -> RunErrorEvent:
-    return RunErrorEvent(message=message, code=code)
+def run_error(message: str, code: str, *, usage: list[TokenUsage] | None = None) -> RunErrorEvent:
+    return RunErrorEvent(message=message, code=code, usage=usage)
+
+
+def token_usage(model: str, usage: dict[str, int]) -> list[TokenUsage] | None:
+    """A turn's summed usage (OpenAI's names) as AG-UI's one entry, or None when none was told."""
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    total = usage.get("total_tokens")
+    if prompt is None and completion is None and total is None:
+        return None
+    return [
+        TokenUsage(
+            model=model or None, input_tokens=prompt, output_tokens=completion, total_tokens=total
+        )
+    ]
+
+
+# What a confirmation interrupt asks for: approve it (true) or reject it (false).
+APPROVAL_SCHEMA = {
+    "type": "object",
+    "properties": {"approved": {"type": "boolean"}},
+    "required": ["approved"],
+}
 
 
 def confirmation_interrupt(
@@ -80,6 +109,7 @@ def confirmation_interrupt(
         reason="confirmation_required",
         message=shown["summary"],
         tool_call_id=tool_call_id,
+        response_schema=APPROVAL_SCHEMA,
         expires_at=shown["expires_at"],
         # the approval card's facts (shown()), with the entities as the call's record shows them
         metadata={

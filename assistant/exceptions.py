@@ -183,6 +183,24 @@ class InvalidMessage(AssistantError, ValueError):
     status = 400
 
 
+class InvalidRunInput(AssistantError, ValueError):
+    """The body is not a RunAgentInput this endpoint can run (``errors`` says where)."""
+
+    code = "invalid_run_input"
+    status = 400
+
+    def __init__(self, message: str = "", *, code: str | None = None, errors: object = None):
+        super().__init__(message, code=code)
+        self.errors = errors
+
+
+class InterruptPending(AssistantError):
+    """The thread waits for answers to its interrupts: resume them before sending more."""
+
+    code = "interrupt_pending"
+    status = 409
+
+
 class ToolNotReady(AssistantError):
     """This tool is still starting; try again in a moment."""
 

@@ -7,7 +7,8 @@ import json
 import logging
 import re
 import uuid
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -29,6 +30,26 @@ logger = logging.getLogger("assistant.turn")
 TURN_FAILED = (
     "Sorry, something went wrong while answering; your message is saved. Please try again."
 )
+CLIENT_TOOL = "client_tool"  # a stored call's decision: the client's own tool, run by the client
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClientTool:
+    """A tool of the AG-UI client's own, as it declared it (its name unprefixed)."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClientResult:
+    """What the client's tool returned for one call the last run made."""
+
+    tool_call_id: str
+    content: str
+
+
 # A tool's data rides in its outcome event and the stored call; past this (as JSON) it is left
 # out of both (daphne sends no frame over 1 MiB); REST callers still get it whole.
 DATA_MAX_BYTES = 256 * 1024
@@ -140,6 +161,12 @@ class Turn:
         self._echoed = False
         self._held = ""  # reply text not streamed yet: it may be the start of a secret
         self.publisher = Publisher(self.thread_id)
+        self.listener: Callable[[dict[str, Any]], None] | None = None  # a transport's own tap
+        # AG-UI client tools: the client's own (offered by the LLM planner, never dispatched),
+        # the results it sends for the ones the last run called, and the ones this run calls
+        self.client_tools: tuple[ClientTool, ...] = ()
+        self.client_results: tuple[ClientResult, ...] = ()
+        self.client_calls: list[str] = []
         self.model = ""  # the language model that answered, if one did
         self.usage: dict[str, int] = {}  # its tokens, summed over the turn's model calls
         self._step_usage: dict[str, int] | None = None
@@ -167,6 +194,8 @@ class Turn:
         frame = events.frame(event, thread_id=self.thread_id, run_id=self.run_id)
         self.frames.append(frame)
         self.publisher.put(frame)
+        if self.listener is not None:
+            self.listener(frame)
         return frame
 
     def identify(self, operation: Any, entities: Any) -> None:
@@ -222,12 +251,39 @@ class Turn:
                 self.usage[name] = self.usage.get(name, 0) + value
         self._step_usage = None
 
+    def token_usage(self) -> list[Any] | None:
+        """The turn's usage as AG-UI reports it, when the language model reported any."""
+        return events.token_usage(self.model, self.usage)
+
     async def announce_call(self, tool_call_id: str, operation: str, arguments: str) -> None:
         await self.show_user_message()
         await self.emit(events.tool_call_start(tool_call_id, operation, self.message_id))
         if arguments:
             await self.emit(events.tool_call_args(tool_call_id, arguments))
         await self.emit(events.tool_call_end(tool_call_id))
+
+    async def propose_client_call(self, tool_call_id: str, name: str, arguments: str) -> None:
+        """Stream a call of one of the client's own tools: the client runs it, not dispatch."""
+        await self.announce_call(tool_call_id, name, arguments)
+        try:
+            entities = json.loads(arguments) if arguments else {}
+        except ValueError:
+            entities = {"arguments": arguments}
+        self.records.append(
+            {
+                "tool_call_id": tool_call_id,
+                "operation": name,
+                "entities": entities if isinstance(entities, dict) else {"arguments": entities},
+                "decision": CLIENT_TOOL,
+                "text": "",
+                "code": None,
+                "task_id": None,
+                "data": None,
+                "audit_id": None,
+                "pending_action": None,
+            }
+        )
+        self.client_calls.append(tool_call_id)
 
     async def call(
         self,
@@ -304,11 +360,15 @@ class Turn:
             logger.exception("Storing the reply failed in conversation %s", self.thread_id)
             await sync_to_async(self._release_key)()
             lost = ReplyNotStored()
-            await self.emit(events.run_error(lost.message, lost.code))
+            await self.emit(events.run_error(lost.message, lost.code, usage=self.token_usage()))
             raise lost from exc
         if status == Message.Status.FAILED:
             code = error.code if error else "turn_failed"
-            await self.emit(events.run_error(error.message if error else TURN_FAILED, code))
+            await self.emit(
+                events.run_error(
+                    error.message if error else TURN_FAILED, code, usage=self.token_usage()
+                )
+            )
         else:
             await self.emit(
                 events.run_finished(
@@ -317,6 +377,8 @@ class Turn:
                     result={"message": self.message_id, "status": status},
                     interrupts=self.interrupts,
                     cancelled=status == Message.Status.CANCELLED,
+                    pending_tool_calls=self.client_calls,
+                    usage=self.token_usage(),
                 )
             )
         return message

@@ -2,7 +2,7 @@
 
 from django.urls import include, path
 
-from . import views
+from . import agui, views
 
 app_name = "assistant"
 
@@ -11,6 +11,7 @@ urlpatterns = [
     path("approvals/", views.approvals, name="approvals"),
     path("login/", views.LoginView.as_view(), name="login"),
     path("logout/", views.LogoutView.as_view(), name="logout"),
+    path("agui/", agui.AgentView.as_view(), name="agui"),
     path("api/", include("assistant.api.urls")),
     path("mcp/", views.mcp_endpoint, name="mcp"),
 ]

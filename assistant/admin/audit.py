@@ -90,7 +90,7 @@ class SourceFilter(admin.SimpleListFilter):
     parameter_name = "source"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(name, name) for name in ("rest", "websocket", "api", "cli", "admin")]
+        return [(name, name) for name in ("rest", "websocket", "agui", "api", "cli", "admin")]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         return queryset.filter(source=self.value()) if self.value() else queryset

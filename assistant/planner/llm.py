@@ -20,6 +20,7 @@ from ..dispatch import Outcome
 from ..exceptions import LLMError, LLMUnavailable
 from ..llm_client import make_async_client
 from ..models import Message
+from ..turn import CLIENT_TOOL
 from .keywords import KeywordPlanner
 
 if TYPE_CHECKING:
@@ -28,18 +29,71 @@ if TYPE_CHECKING:
 logger = logging.getLogger("assistant.planner.llm")
 RESULT_LIMIT = 4000  # characters of a tool result the model sees; the UI gets everything
 FALLBACK_NOTICE = "The language model is unavailable; I answered with simple keyword matching.\n\n"
+CLIENT_PREFIX = "client__"  # the namespace of an AG-UI client's own tools, as the model sees them
 
 
 def history(turn: Turn, limit: int) -> list[dict[str, Any]]:
-    """The conversation's earlier messages as chat messages, newest ``limit`` only."""
+    """The conversation's earlier messages as chat messages, newest ``limit`` only.
+
+    A run that brings the client's tool results continues the last reply: it is sent with its
+    calls and their results, as the model made them.
+    """
     earlier = Message.objects.filter(conversation=turn.conversation)
     if turn.user_message is not None:
         earlier = earlier.exclude(pk=turn.user_message.pk)
-    earlier = earlier.order_by("-created_at", "-id")[:limit]
-    return [
+    newest = list(earlier.order_by("-created_at", "-id")[:limit])
+    continued = newest.pop(0) if turn.client_results and newest else None
+    shown = [
         {"role": message.role, "content": message.text}
-        for message in reversed(list(earlier))
+        for message in reversed(newest)
         if message.text
+    ]
+    if continued is not None:
+        shown += _with_calls(continued, turn)
+    return shown
+
+
+def _with_calls(message: Message, turn: Turn) -> list[dict[str, Any]]:
+    """A stored reply with its tool calls, each followed by its result (the client's own too)."""
+    records = message.tool_calls or []
+    client = {result.tool_call_id: result.content for result in turn.client_results}
+    calls = [
+        {
+            "id": record["tool_call_id"],
+            "type": "function",
+            "function": {
+                "name": (CLIENT_PREFIX if record["decision"] == CLIENT_TOOL else "")
+                + record["operation"],
+                "arguments": json.dumps(record.get("entities") or {}),
+            },
+        }
+        for record in records
+    ]
+    shown: list[dict[str, Any]] = [
+        {"role": "assistant", "content": message.text or None, "tool_calls": calls}
+    ]
+    for record in records:
+        if record["decision"] == CLIENT_TOOL:
+            content = client.get(record["tool_call_id"], "")
+        else:
+            summary = {"decision": record["decision"], "text": record.get("text") or ""}
+            content = json.dumps(summary)
+        shown.append({"role": "tool", "tool_call_id": record["tool_call_id"], "content": content})
+    return shown
+
+
+def client_tool_specs(turn: Turn) -> list[dict[str, Any]]:
+    """The client's own tools in the model's catalog, under their namespace."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": CLIENT_PREFIX + tool.name,
+                "description": tool.description,
+                "parameters": tool.parameters,
+            },
+        }
+        for tool in turn.client_tools
     ]
 
 
@@ -83,6 +137,8 @@ class LLMPlanner:
         tools = await sync_to_async(get_catalog)(
             turn.user, session=turn.session, site=turn.site, ceiling=turn.ceiling
         )
+        tools += client_tool_specs(turn)
+        own = {CLIENT_PREFIX + tool.name: tool.name for tool in turn.client_tools}
         earlier = await sync_to_async(history)(turn, config["MAX_HISTORY"])
         messages: list[dict[str, Any]] = [{"role": "system", "content": config["SYSTEM_PROMPT"]}]
         messages += earlier
@@ -97,6 +153,11 @@ class LLMPlanner:
                 for call, arguments in zip(calls, parsed, strict=True):
                     turn.identify(call["name"], arguments)  # before the first call echoes
                 for call, arguments in zip(calls, parsed, strict=True):
+                    if call["name"] in own:  # the client runs it; never dispatched here
+                        await turn.propose_client_call(
+                            call["id"], own[call["name"]], call["arguments"]
+                        )
+                        continue
                     outcome = await turn.call(call["name"], arguments, tool_call_id=call["id"])
                     messages.append(
                         {
@@ -105,8 +166,8 @@ class LLMPlanner:
                             "content": result_for_model(outcome),
                         }
                     )
-                if turn.interrupts:
-                    return  # the run waits for the user's decision
+                if turn.interrupts or turn.client_calls:
+                    return  # the run waits for the user's decision, or the client's results
             await turn.say(f"\n\n(I stopped after {config['MAX_STEPS']} steps.)")
         finally:
             await client.close()
