@@ -259,7 +259,8 @@ def test_a_bad_token_is_a_json_401(asgi_live_server):
     )
 
     assert response.status_code == 401
-    assert response.json()["code"] == "authentication_failed"
+    assert response.json()["code"] == "invalid_token"  # as on the REST API and MCP
+    assert response.headers["WWW-Authenticate"].startswith("Bearer")
 
 
 @pytest.mark.django_db(transaction=True)
