@@ -13,4 +13,9 @@ urlpatterns = [
     path("logout/", views.LogoutView.as_view(), name="logout"),
     path("api/", include("assistant.api.urls")),
     path("mcp/", views.mcp_endpoint, name="mcp"),
+    path(
+        "mcp/.well-known/oauth-protected-resource",
+        views.mcp_resource_metadata,
+        name="mcp-resource-metadata",
+    ),
 ]

@@ -11,6 +11,7 @@ from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.csrf import csrf_exempt
 
+from . import oauth
 from .conf import assistant_settings
 from .models import PendingAction
 
@@ -124,3 +125,27 @@ async def mcp_endpoint(request: HttpRequest) -> HttpResponse | StreamingHttpResp
             status=501,
         )
     return await mcp.serve(request)
+
+
+def mcp_resource_metadata(request: HttpRequest) -> HttpResponse:
+    """The MCP endpoint's OAuth protected-resource metadata (RFC 9728), with django-oauth-toolkit."""
+    if not oauth.enabled():
+        return JsonResponse(
+            {
+                "code": "oauth_not_installed",
+                "detail": "OAuth needs django-oauth-toolkit: pip install 'django-ops-assistant[oauth]' "
+                "and add oauth2_provider to INSTALLED_APPS.",
+            },
+            status=404,
+        )
+    if request.method not in ("GET", "HEAD", "OPTIONS"):
+        response = JsonResponse(
+            {"code": "method_not_allowed", "detail": "Read this document with GET."}, status=405
+        )
+        response.headers["Allow"] = "GET, HEAD, OPTIONS"
+        return response
+    response = JsonResponse(oauth.metadata(request))
+    response.headers["Access-Control-Allow-Origin"] = (
+        "*"  # browser-based MCP clients discover it too
+    )
+    return response
