@@ -139,13 +139,18 @@ def mcp_resource_metadata(request: HttpRequest) -> HttpResponse:
             status=404,
         )
     if request.method not in ("GET", "HEAD", "OPTIONS"):
-        response = JsonResponse(
+        refusal = JsonResponse(
             {"code": "method_not_allowed", "detail": "Read this document with GET."}, status=405
         )
-        response.headers["Allow"] = "GET, HEAD, OPTIONS"
-        return response
-    response = JsonResponse(oauth.metadata(request))
-    response.headers["Access-Control-Allow-Origin"] = (
-        "*"  # browser-based MCP clients discover it too
-    )
+        refusal.headers["Allow"] = "GET, HEAD, OPTIONS"
+        return refusal
+    response: HttpResponse
+    if request.method == "OPTIONS":  # a browser's preflight: the client sends MCP-Protocol-Version
+        response = HttpResponse(status=204)
+        response.headers["Access-Control-Allow-Methods"] = "GET, HEAD, OPTIONS"
+        response.headers["Access-Control-Allow-Headers"] = "*"
+    else:
+        response = JsonResponse(oauth.metadata(request))
+    # browser-based MCP clients (the Inspector) discover it too
+    response.headers["Access-Control-Allow-Origin"] = "*"
     return response

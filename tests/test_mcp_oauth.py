@@ -222,6 +222,19 @@ def test_the_metadata_names_this_endpoint_and_the_toolkit_as_its_authorization_s
     assert "S256" in issuer["code_challenge_methods_supported"]
 
 
+def test_a_browser_may_read_the_metadata_cross_origin() -> None:
+    response = DjangoClient().options(
+        METADATA_PATH,
+        HTTP_ORIGIN="https://inspector.example",
+        HTTP_ACCESS_CONTROL_REQUEST_METHOD="GET",
+        HTTP_ACCESS_CONTROL_REQUEST_HEADERS="mcp-protocol-version",
+    )
+
+    assert response.status_code == 204
+    assert response.headers["Access-Control-Allow-Origin"] == "*"
+    assert "GET" in response.headers["Access-Control-Allow-Methods"]
+
+
 def test_the_metadata_is_read_only() -> None:
     response = DjangoClient().post(METADATA_PATH)
 
@@ -310,6 +323,8 @@ async def test_scopes_are_a_ceiling_on_the_listing_and_on_calls(
         assert called.structured_content["code"] == "token_scope"
         await order.arefresh_from_db()
         assert order.status != "cancelled"
+        entry = await AuditEntry.objects.filter(operation="cancel_order").alatest("pk")
+        assert (entry.decision, entry.source) == ("denied", "mcp")
 
 
 @pytest.mark.django_db
