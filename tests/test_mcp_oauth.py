@@ -453,3 +453,32 @@ def test_w011_not_when_the_issuer_is_named_outright(settings: Any) -> None:
     }
 
     assert check_oauth() == []
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_refreshed_token_stays_bound_to_the_endpoint(
+    asgi_live_server: str, clerk: Any
+) -> None:
+    url = f"{asgi_live_server}/assistant/mcp/"
+    browser = SignedInBrowser(asgi_live_server, clerk)
+    provider = provider_for(url, browser)
+    async with (
+        httpx2.AsyncClient(auth=provider) as http,
+        Client(streamable_http_client(url, http_client=http)) as client,
+    ):
+        await client.list_tools()
+    first = await AccessToken.objects.aget(user=clerk)
+
+    await AccessToken.objects.filter(pk=first.pk).aupdate(expires=timezone.now())
+    provider.context.token_expiry_time = 1.0  # the client sees it expire too, and refreshes
+    async with (
+        httpx2.AsyncClient(auth=provider) as http,
+        Client(streamable_http_client(url, http_client=http)) as client,
+    ):
+        listed = await client.list_tools()
+
+    assert "ping" in {tool.name for tool in listed.tools}
+    assert len(browser.consent_pages) == 1  # a refresh, not a second sign-in
+    latest = await AccessToken.objects.filter(user=clerk).alatest("pk")
+    assert latest.pk != first.pk
+    assert latest.resource == [url]
