@@ -2,7 +2,8 @@
 
 ``authenticate_bearer`` is the one place a bearer key becomes a user, for every surface that
 takes one (MCP, the API): a personal access token (``dop_…``, stored hashed), or the key of a
-``rest_framework.authtoken`` token when that app is installed. A token's ceiling narrows what
+``rest_framework.authtoken`` token when that app is installed, or a django-oauth-toolkit access
+token bound to the endpoint (``oauth``; its scopes are its ceiling). A token's ceiling narrows what
 it may do below its user's permissions; dispatch and the catalog apply it (``CallContext.ceiling``).
 """
 
@@ -89,14 +90,21 @@ def ceiling_of(token: Any) -> Ceiling | None:
 
 
 def scope_ceiling(scopes: frozenset[str]) -> Ceiling | None:
-    """An OAuth token's scopes as a ceiling (the OAuth part of the README names them)."""
-    return None
+    """An OAuth token's scopes as a ceiling: the widest of ``oauth.SCOPES`` it holds (None: all)."""
+    from .oauth import SCOPE_RISK
+
+    reached = [SCOPE_RISK[scope] for scope in scopes if scope in SCOPE_RISK]
+    if not reached:
+        return Ceiling(operations=frozenset())  # none of ours: nothing (authenticate refuses it)
+    widest = max(reached, key=RISK_ORDER.__getitem__)
+    return None if widest is RiskLevel.DANGEROUS else Ceiling(max_risk=widest)
 
 
 def authenticate_bearer(key: str, *, resource: str | None = None) -> Bearer:
     """The user a bearer key signs in; raises ``InvalidToken`` (401) or ``AccountInactive``.
 
-    ``resource`` is the endpoint's own URL: an OAuth token must be bound to it (RFC 8707).
+    ``resource`` is the endpoint's own URL: an OAuth token must be bound to it (RFC 8707), and
+    without one OAuth tokens are not accepted at all.
     """
     key = key.strip()
     if not key or len(key) > 512 or not key.isprintable():
@@ -118,6 +126,12 @@ def authenticate_bearer(key: str, *, resource: str | None = None) -> Bearer:
         grant = oauth.grant_for(key, resource=resource)
         if grant is not None:
             _check_active(grant.user)
+            if not grant.scopes & oauth.SCOPES.keys():
+                raise InvalidToken(
+                    "This token grants none of the assistant's scopes "
+                    f"({', '.join(oauth.SCOPES)}).",
+                    code="token_scope",
+                )
             return Bearer(
                 user=grant.user,
                 kind="oauth",

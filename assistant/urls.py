@@ -14,4 +14,9 @@ urlpatterns = [
     path("agui/", agui.AgentView.as_view(), name="agui"),
     path("api/", include("assistant.api.urls")),
     path("mcp/", views.mcp_endpoint, name="mcp"),
+    path(
+        "mcp/.well-known/oauth-protected-resource",
+        views.mcp_resource_metadata,
+        name="mcp-resource-metadata",
+    ),
 ]

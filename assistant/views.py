@@ -11,6 +11,7 @@ from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.csrf import csrf_exempt
 
+from . import oauth
 from .conf import assistant_settings
 from .models import PendingAction
 
@@ -124,3 +125,32 @@ async def mcp_endpoint(request: HttpRequest) -> HttpResponse | StreamingHttpResp
             status=501,
         )
     return await mcp.serve(request)
+
+
+def mcp_resource_metadata(request: HttpRequest) -> HttpResponse:
+    """The MCP endpoint's OAuth protected-resource metadata (RFC 9728), with django-oauth-toolkit."""
+    if not oauth.enabled():
+        return JsonResponse(
+            {
+                "code": "oauth_not_installed",
+                "detail": "OAuth needs django-oauth-toolkit: pip install 'django-ops-assistant[oauth]' "
+                "and add oauth2_provider to INSTALLED_APPS.",
+            },
+            status=404,
+        )
+    if request.method not in ("GET", "HEAD", "OPTIONS"):
+        refusal = JsonResponse(
+            {"code": "method_not_allowed", "detail": "Read this document with GET."}, status=405
+        )
+        refusal.headers["Allow"] = "GET, HEAD, OPTIONS"
+        return refusal
+    response: HttpResponse
+    if request.method == "OPTIONS":  # a browser's preflight: the client sends MCP-Protocol-Version
+        response = HttpResponse(status=204)
+        response.headers["Access-Control-Allow-Methods"] = "GET, HEAD, OPTIONS"
+        response.headers["Access-Control-Allow-Headers"] = "*"
+    else:
+        response = JsonResponse(oauth.metadata(request))
+    # browser-based MCP clients (the Inspector) discover it too
+    response.headers["Access-Control-Allow-Origin"] = "*"
+    return response

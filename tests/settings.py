@@ -1,5 +1,6 @@
 """Settings for the test suite: SQLite by default, PostgreSQL when DATABASE_URL points at it."""
 
+import importlib.util
 import os
 import tempfile
 from pathlib import Path
@@ -30,6 +31,9 @@ INSTALLED_APPS = [
     "assistant",
     "tests.testapp",
 ]
+if importlib.util.find_spec("oauth2_provider") is not None:
+    # the [oauth] extra: the MCP endpoint as an OAuth 2.1 resource server (tests/test_mcp_oauth.py)
+    INSTALLED_APPS.append("oauth2_provider")
 if django.VERSION < (6, 0):
     # Django 5.2: Tasks come from the django-tasks backport (the [django52] extra)
     INSTALLED_APPS.append("django_tasks")
@@ -112,4 +116,18 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"null": {"class": "logging.NullHandler"}},
     "loggers": {"assistant": {"handlers": ["null"], "propagate": True}},
+}
+
+# django-oauth-toolkit as MCP clients need it: PKCE, dynamic client registration open to anyone
+# (MCP clients register themselves), and the assistant's scopes (assistant.oauth.SCOPES).
+OAUTH2_PROVIDER = {
+    "PKCE_REQUIRED": True,
+    "DCR_ENABLED": True,
+    "DCR_REGISTRATION_PERMISSION_CLASSES": ("oauth2_provider.dcr.AllowAllDCRPermission",),
+    "SCOPES": {
+        "assistant": "Use every assistant tool your account may use",
+        "assistant:write": "Use the assistant's safe and guarded tools",
+        "assistant:read": "Use the assistant's read-only tools",
+    },
+    "DEFAULT_SCOPES": ["assistant:read"],
 }

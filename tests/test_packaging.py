@@ -64,6 +64,7 @@ def test_django_is_bounded_and_each_extra_pulls_what_it_names(
     assert extras["redis"] == {"channels-redis", "hiredis"}
     assert extras["postgres"] == {"psycopg"}
     assert extras["django52"] == {"django-tasks"}
+    assert extras["oauth"] == {"django-oauth-toolkit"}
 
 
 def test_every_app_the_readme_installs_comes_with_the_wheel_or_django(
