@@ -18,6 +18,7 @@ from assistant import tokens
 from assistant.catalog import get_catalog
 from assistant.models import AuditEntry, PendingAction
 from tests.mcp_clients import MODES, PATH, mcp_client
+from tests.race_jobs import workers as workers  # a fixture
 from tests.testapp.models import Order
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -505,3 +506,22 @@ async def test_a_session_belongs_to_the_token_that_opened_it(
         )
     assert opened.status_code == 200
     assert hijack.status_code == 404  # as if the session did not exist
+
+
+@pytest.mark.postgres
+async def test_progress_arrives_while_a_real_worker_runs_the_job(
+    asgi_live_server: str, diagnostician: Any, workers: Any
+) -> None:
+    await sync_to_async(workers.start)()
+    progress: list[tuple[float, str | None]] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append((value, message))
+
+    async with mcp_client(asgi_live_server, await issue(diagnostician)) as client:
+        result = await client.call_tool(
+            "start_job", {"kind": "wait", "seconds": 2}, progress_callback=on_progress
+        )
+    assert result.content[0].text == "waited"
+    assert (10.0, "waiting") in progress  # reported by the worker while the call was open
+    assert result.structured_content["status"] == "succeeded"
