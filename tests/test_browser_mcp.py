@@ -45,6 +45,7 @@ def test_a_dangerous_mcp_call_is_approved_on_the_page_it_links_to_and_the_retry_
     card = page.locator(".inbox-item").filter(has_text=f"order_id: {order.pk}")
     expect(card).to_have_count(1)
     expect(card).to_contain_text("Cancel an order for good")
+    expect(card.locator(".where")).to_contain_text("asked by an MCP client")
     page.screenshot(path=str(ARTIFACTS / "mcp-approval.png"), full_page=True)
     button = card.get_by_role("button", name="Hold to approve")
     button.hover()
