@@ -436,6 +436,7 @@ class AuditEntry(models.Model):
         UNAVAILABLE = "unavailable"
         NOT_READY = "not_ready"
         OVER_BUDGET = "over_budget"
+        CLIENT_TOOL = "client_tool"  # the model proposed one of an AG-UI client's own tools
 
     id = models.BigAutoField(primary_key=True)
     created_at = models.DateTimeField(default=timezone.now, editable=False)

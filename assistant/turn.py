@@ -18,7 +18,7 @@ from django.db import DatabaseError, transaction
 from . import events
 from .broadcast import Publisher
 from .cancellation import CancellationToken
-from .dispatch import CallContext, Decision, DispatchCancelled, Outcome, adispatch
+from .dispatch import CallContext, Decision, DispatchCancelled, Outcome, adispatch, write_audit
 from .exceptions import AssistantError, ReplyNotStored
 from .lifecycle import ToolSession
 from .models import Conversation, Message
@@ -269,17 +269,21 @@ class Turn:
             entities = json.loads(arguments) if arguments else {}
         except ValueError:
             entities = {"arguments": arguments}
+        entities = entities if isinstance(entities, dict) else {"arguments": entities}
+        # never dispatched (the client runs it), but the trail says the model proposed it
+        proposed = Outcome(operation=name[:64], decision=Decision.CLIENT_TOOL, entities=entities)
+        audit_id = await sync_to_async(write_audit)(self.call_context(), proposed, domain="client")
         self.records.append(
             {
                 "tool_call_id": tool_call_id,
                 "operation": name,
-                "entities": entities if isinstance(entities, dict) else {"arguments": entities},
+                "entities": entities,
                 "decision": CLIENT_TOOL,
                 "text": "",
                 "code": None,
                 "task_id": None,
                 "data": None,
-                "audit_id": None,
+                "audit_id": audit_id,
                 "pending_action": None,
             }
         )

@@ -699,7 +699,14 @@ def test_a_call_of_a_client_tool_ends_the_run_for_the_client_to_answer(
     assert EventType.TOOL_CALL_RESULT not in [event.type for event in events]
     assert events[-1].outcome.type == "success"
     assert events[-1].outcome.pending_tool_call_ids == ["c1"]
-    assert not AuditEntry.objects.exists()  # nothing was dispatched
+    # nothing was dispatched; the trail records what the model proposed to the client
+    [entry] = AuditEntry.objects.all()
+    assert (entry.operation, entry.decision, entry.domain) == (
+        "pick_color",
+        "client_tool",
+        "client",
+    )
+    assert (entry.source, entry.entities) == ("agui", {"options": ["red", "blue"]})
     reply = Message.objects.get(role="assistant")
     assert [(r["operation"], r["decision"]) for r in reply.tool_calls] == [
         ("pick_color", "client_tool")
