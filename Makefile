@@ -53,7 +53,14 @@ pytest: $(BIN)/.installed
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 	$(BIN)/python -m pytest $(EXAMPLE_SUITE) $(PYTEST_ARGS)
 
-test: lint typecheck pytest
+# The JavaScript the tests drive (axe-core, the MCP Inspector, @ag-ui/client), as package-lock.json
+# pins it; without npm those tests skip (CI installs it and makes that an error).
+node_modules/.installed-lock.json: package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+		npm ci --no-audit --no-fund --silent && cp package-lock.json $@; \
+	else echo "npm not found: the tests that drive Node packages will skip"; fi
+
+test: lint typecheck node_modules/.installed-lock.json pytest
 
 bench: $(BIN)/.installed
 	$(BIN)/python tests/benchmarks/registry_bench.py
