@@ -76,6 +76,8 @@ class BearerTokenAuthentication(AssistantTokenAuthentication):
 class AgentView(AssistantAPIView):
     """``POST`` a RunAgentInput; the answer is the run's AG-UI events (``text/event-stream``)."""
 
+    applies_ceiling = True  # its runs' tool calls go through dispatch, under the ceiling
+
     schema = None  # type: ignore[assignment]  # a stream, not a REST resource
 
     def get_authenticators(self) -> list[BaseAuthentication]:

@@ -541,3 +541,37 @@ def test_creating_and_revoking_a_token_is_audited_without_its_secret(plain_user:
         ),
     ]
     assert body["token"] not in str(list(AuditEntry.objects.values()))
+
+
+def test_a_bounded_token_reads_anything_but_changes_things_only_through_its_tools(
+    plain_user: Any,
+) -> None:
+    from assistant.models import Conversation
+
+    conversation = Conversation.objects.create(user=plain_user, title="keep me")
+    other, _ = issue(plain_user, name="other")
+    _, secret = issue(plain_user, name="read-only", max_risk="safe")
+    client = bearer_client(secret)
+
+    assert client.get(f"{API}/conversations/").status_code == 200
+    assert dispatch_call(client, "ping").status_code == 200  # a tool within its ceiling
+    for response in (
+        client.delete(f"{API}/conversations/{conversation.pk}/"),
+        client.patch(f"{API}/conversations/{conversation.pk}/", {"title": "x"}, format="json"),
+        client.delete(f"{API}/tokens/{other.pk}/"),
+    ):
+        assert response.status_code == 403
+        assert response.json()["code"] == "token_scope"
+    assert Conversation.objects.get(pk=conversation.pk).title == "keep me"
+    assert AccessToken.objects.get(pk=other.pk).revoked_at is None
+
+    _, full = issue(plain_user, name="full")  # no ceiling: the user's whole credential
+    assert bearer_client(full).delete(f"{API}/tokens/{other.pk}/").status_code == 200
+
+
+def test_a_bounded_token_may_still_revoke_itself(plain_user: Any) -> None:
+    token, secret = issue(plain_user, name="leaked", max_risk="safe")
+
+    assert bearer_client(secret).delete(f"{API}/tokens/{token.pk}/").status_code == 200
+    token.refresh_from_db()
+    assert token.revoked_at is not None

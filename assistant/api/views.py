@@ -25,7 +25,7 @@ from rest_framework.authentication import (
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.pagination import BasePagination, CursorPagination, PageNumberPagination
 from rest_framework.parsers import JSONParser
-from rest_framework.permissions import BasePermission, IsAuthenticated
+from rest_framework.permissions import SAFE_METHODS, BasePermission, IsAuthenticated
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -262,10 +262,29 @@ class AssistantJSONParser(JSONParser):
             ) from None
 
 
+class WithinTokenScope(BasePermission):
+    """A token with a ceiling changes things only through the tools it reaches: its writes go to
+    views that apply the ceiling themselves (dispatch, turns, confirmations); reads go anywhere."""
+
+    message = "This token may only use the tools within its ceiling."
+    code = "token_scope"
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        auth = request.auth
+        if not isinstance(auth, Bearer) or auth.ceiling is None:
+            return True
+        if request.method in SAFE_METHODS or getattr(view, "applies_ceiling", False):
+            return True
+        # any token may revoke itself (a leaked one, say), whatever its ceiling
+        revokes_itself = auth.kind == "personal" and view.kwargs.get("token_id") == auth.token_id
+        return request.method == "DELETE" and revokes_itself
+
+
 class AssistantAPIView(APIView):
     """Declares everything itself, so the host project's REST_FRAMEWORK settings never leak in."""
 
-    permission_classes = [IsAuthenticated]
+    permission_classes = [IsAuthenticated, WithinTokenScope]
+    applies_ceiling = False  # its writes are tool calls that dispatch checks against the ceiling
     throttle_classes = [AssistantThrottle]
     renderer_classes = [JSONRenderer]
     parser_classes = [AssistantJSONParser]
@@ -371,6 +390,8 @@ class ToolsView(AssistantAPIView):
 
 
 class MessagesView(AssistantAPIView):
+    applies_ceiling = True
+
     @extend_schema(
         summary="Send a message: one turn",
         request=MessageInput,
@@ -407,6 +428,8 @@ class MessagesView(AssistantAPIView):
 
 
 class DispatchView(AssistantAPIView):
+    applies_ceiling = True
+
     @extend_schema(
         summary="Call one tool",
         request=DispatchInput,
@@ -462,6 +485,8 @@ class ActionListView(AssistantAPIView):
 
 
 class ActionConfirmView(AssistantAPIView):
+    applies_ceiling = True
+
     @extend_schema(
         summary="Confirm a pending action (runs it once, as its requester)",
         request=ConfirmInput,
@@ -481,6 +506,8 @@ class ActionConfirmView(AssistantAPIView):
 
 
 class ActionCancelView(AssistantAPIView):
+    applies_ceiling = True
+
     @extend_schema(
         summary="Refuse a pending action", request=CancelInput, responses=OUTCOME_RESPONSES
     )
@@ -584,7 +611,7 @@ class ConversationDetailView(AssistantAPIView):
 
 
 class StaffView(AssistantAPIView):
-    permission_classes = [IsAuthenticated, IsAuditViewer]
+    permission_classes = [IsAuthenticated, WithinTokenScope, IsAuditViewer]
 
     def staff_conversation(self, conversation_id: str) -> Conversation:
         conversation = Conversation.objects.filter(pk=conversation_id).first()
@@ -620,7 +647,7 @@ class IsConversationDeleter(BasePermission):
 
 
 class StaffConversationDetailView(StaffView):
-    permission_classes = [IsAuthenticated, IsConversationDeleter]
+    permission_classes = [IsAuthenticated, WithinTokenScope, IsConversationDeleter]
 
     @extend_schema(
         summary="Delete any user's conversation (staff with assistant.delete_conversation)",
