@@ -55,6 +55,7 @@ from .conf import assistant_settings
 from .exceptions import AssistantError, InterruptPending, InvalidRunInput
 from .models import Conversation
 from .runner import loop_state
+from .tokens import Ceiling
 from .turn import ClientResult, ClientTool
 
 logger = logging.getLogger("assistant.agui")
@@ -114,6 +115,7 @@ class AgentView(AssistantAPIView):
             if waiting:
                 refusal = InterruptPending()
         encoder = EventEncoder(accept=request.headers.get("Accept", ""))
+        context = self.call_context()  # a bearer token's ceiling and name
         stream = SSERun(
             user,
             wanted,
@@ -121,6 +123,8 @@ class AgentView(AssistantAPIView):
             encoder,
             request_ip=self.client_ip(),
             refusal=refusal,
+            ceiling=context.ceiling,
+            client=context.client,
         )
         response = StreamingHttpResponse(stream.events(), content_type=encoder.get_content_type())
         response["Cache-Control"] = "no-cache"
@@ -267,8 +271,12 @@ class SSERun:
         *,
         request_ip: str | None,
         refusal: AssistantError | None,
+        ceiling: Ceiling | None = None,
+        client: str = "",
     ) -> None:
         self.user = user
+        self.ceiling = ceiling
+        self.client = client
         self.wanted = wanted
         self.thread_id = run_input.thread_id
         self.run_id = run_input.run_id
@@ -293,7 +301,13 @@ class SSERun:
             self.wanted,
             source="agui",
             request_ip=self.request_ip,
-            run=Run(run_id=self.run_id, cancel=self.cancel, listener=self.frames.put_nowait),
+            run=Run(
+                run_id=self.run_id,
+                cancel=self.cancel,
+                listener=self.frames.put_nowait,
+                ceiling=self.ceiling,
+                client=self.client,
+            ),
         )
         try:
             try:

@@ -481,6 +481,8 @@ class Run:
     run_id: str | None = None
     cancel: CancellationToken | None = None
     listener: Listener | None = None
+    ceiling: Ceiling | None = None  # a bearer token's: the turn's calls and catalog stay under it
+    client: str = ""  # the audit's client column (a token's name)
 
 
 def launch(
@@ -540,6 +542,8 @@ async def _in_lane(
                 launched._stored.exception()  # (retrieved: a caller that left is no error)
                 return None
             turn.listener = run.listener
+            if run.ceiling is not None or run.client:
+                turn.ceiling, turn.client = run.ceiling, run.client
             launched._stored.set_result(turn.conversation)
             await launched._go.wait()
             if isinstance(request, Resumption):

@@ -655,6 +655,25 @@ def test_a_tool_the_user_may_not_use_is_refused_and_audited_as_from_agui(agent, 
     assert Order.objects.get().status == "open"
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_bounded_personal_token_runs_turns_under_its_ceiling(asgi_live_server, clerk):
+    from assistant import tokens
+
+    order = Order.objects.create(reference="ORD-2")
+    _, secret = tokens.issue(clerk, name="widget", max_risk="safe")
+    client = Agent(asgi_live_server, clerk)
+    client.headers = {"Authorization": f"Bearer {secret}"}
+
+    events = client.run(run_input(f"approve order {order.pk}"))  # clerk may; the token may not
+
+    assert events[-1].type == EventType.RUN_FINISHED
+    assert events[-1].outcome is None  # refused, not asked
+    entry = AuditEntry.objects.get(operation="approve_order")
+    assert (entry.decision, entry.source, entry.client) == ("denied", "agui", "widget")
+    assert not PendingAction.objects.exists()
+    assert Order.objects.get().approvals == 0
+
+
 # -- client tools ----------------------------------------------------------------------------
 
 PICK_COLOR = {
