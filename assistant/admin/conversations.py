@@ -213,6 +213,8 @@ class PendingActionAdmin(ReadOnlyAdmin):
         "decided_by",
         "decided_at",
         "conversation",
+        "result",  # what it came to, kept for a caller that asks again (an MCP retry)
+        "delivered_at",
     ]
     readonly_fields = list(fields)  # type: ignore[arg-type]
 
