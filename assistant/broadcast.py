@@ -7,6 +7,7 @@ the conversation joins.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -55,17 +56,26 @@ class Publisher:
 
     async def _send(self, batch: list[dict[str, Any]]) -> None:
         # A turn's outcome never depends on publishing: a failure is logged, the turn goes on
-        # (frames the log could not number go out without a ``seq``).
+        # (frames the log could not number go out with ``seq`` 0).
+        bodies = []
+        for frame in batch:  # each frame is serialised once, without its number
+            frame.pop("seq", None)
+            bodies.append(json.dumps(frame, separators=(",", ":")))
+            frame["seq"] = 0
         try:
-            await event_log().append_many(self.thread_id, batch)
+            await event_log().append_many(self.thread_id, batch, bodies)
         except Exception:
             logger.exception("Keeping events for replay failed (conversation %s)", self.thread_id)
         layer = get_channel_layer()
         if layer is None:
             return
+        # what the sockets send as it is: the body with its number added
+        texts = [
+            f'{body[:-1]},"seq":{frame["seq"]}}}' for body, frame in zip(bodies, batch, strict=True)
+        ]
         try:
             await layer.group_send(
-                group_name(self.thread_id), {"type": "assistant.events", "frames": batch}
+                group_name(self.thread_id), {"type": "assistant.events", "texts": texts}
             )
         except Exception:
             logger.exception("Sending events failed (conversation %s)", self.thread_id)

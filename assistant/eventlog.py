@@ -27,8 +27,14 @@ class Replay:
 
 
 class EventLog(Protocol):
-    async def append_many(self, thread_id: str, frames: list[dict[str, Any]]) -> int:
-        """Number and keep several frames at once, in order; returns the last number."""
+    async def append_many(
+        self, thread_id: str, frames: list[dict[str, Any]], bodies: list[str] | None = None
+    ) -> int:
+        """Number and keep several frames at once, in order; returns the last number.
+
+        ``bodies``, when given, are the frames already serialised as compact JSON, without
+        their ``seq``.
+        """
 
     async def since(self, thread_id: str, after: int) -> Replay:
         """Frames numbered above ``after`` (and whether any in between were already dropped)."""
@@ -45,7 +51,9 @@ class MemoryEventLog:
         self._lock = threading.Lock()
         self._logs: dict[str, tuple[list[int], deque[dict[str, Any]]]] = {}
 
-    async def append_many(self, thread_id: str, frames: list[dict[str, Any]]) -> int:
+    async def append_many(
+        self, thread_id: str, frames: list[dict[str, Any]], bodies: list[str] | None = None
+    ) -> int:
         with self._lock:
             counter, kept = self._logs.setdefault(thread_id, ([0], deque(maxlen=self.keep)))
             for frame in frames:
@@ -100,12 +108,16 @@ class RedisEventLog:
     def _keys(thread_id: str) -> tuple[str, str]:
         return f"assistant:events:{thread_id}:seq", f"assistant:events:{thread_id}:frames"
 
-    async def append_many(self, thread_id: str, frames: list[dict[str, Any]]) -> int:
+    async def append_many(
+        self, thread_id: str, frames: list[dict[str, Any]], bodies: list[str] | None = None
+    ) -> int:
         client = self._client()
         if self._append is None:
             self._append = client.register_script(APPEND_SCRIPT)
+        if bodies is None:
+            bodies = [json.dumps(_unnumbered(frame), separators=(",", ":")) for frame in frames]
         # one argument for the whole burst: compact JSON never holds a raw newline
-        payload = "\n".join(json.dumps(frame, separators=(",", ":")) for frame in frames)
+        payload = "\n".join(bodies)
         last = int(
             await self._append(
                 keys=self._keys(thread_id),
@@ -176,6 +188,11 @@ def scrubbed(value: Any, scrub: Callable[[str], str]) -> Any:
     if isinstance(value, list):
         return [scrubbed(item, scrub) for item in value]
     return value
+
+
+def _unnumbered(frame: dict[str, Any]) -> dict[str, Any]:
+    """The frame as it is kept: its number is the member's, not the JSON's."""
+    return {key: value for key, value in frame.items() if key != "seq"}
 
 
 def _stored_frame(member: bytes, seq: float) -> dict[str, Any]:
