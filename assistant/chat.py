@@ -40,7 +40,7 @@ from .registry import ToolRegistry, ToolResult, registry
 from .runner import keep, lane, loop_state, request_stop
 from .storable import storable_text
 from .tokens import Ceiling
-from .turn import CLIENT_TOOL, ClientResult, ClientTool, Turn
+from .turn import CLIENT_TOOL, ClientResult, ClientTool, Turn, nested_savepoint
 
 logger = logging.getLogger("assistant.chat")
 FRAME_FAILED = "Something went wrong; please try again."
@@ -214,8 +214,11 @@ def start_turn(
     message (``Turn.show_user_message``).
     """
     key = stored_key(user, idempotency_key)
+    # A new conversation and its first message are stored together; a message alone needs no
+    # transaction of its own (no BEGIN and COMMIT round trips).
+    new = conversation._state.adding if isinstance(conversation, Conversation) else not conversation
     try:
-        with transaction.atomic():
+        with transaction.atomic() if new else nested_savepoint():
             if isinstance(conversation, Conversation):
                 if conversation._state.adding:  # a new thread's (``thread_conversation``)
                     conversation.save(force_insert=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
@@ -99,6 +100,13 @@ def shown_data(record: dict[str, Any]) -> dict[str, Any]:
     if data is not None and len(json.dumps(data, cls=DjangoJSONEncoder)) > DATA_MAX_BYTES:
         return {**record, "data": None, "data_omitted": True}
     return record
+
+
+def nested_savepoint() -> contextlib.AbstractContextManager[Any]:
+    """A savepoint inside a caller's transaction (a failure leaves it usable); else nothing."""
+    if transaction.get_connection().in_atomic_block:
+        return transaction.atomic()
+    return contextlib.nullcontext()
 
 
 def settle_user_message(message: Message, conversation: Conversation, secrets: set[str]) -> None:
@@ -402,7 +410,9 @@ class Turn:
 
     def _store(self, status: str) -> Message:
         actions = [a for o in self.outcomes if o.result for a in o.result.actions]
-        with transaction.atomic():
+        # Two statements on their own (a crash between them leaves the reply stored and the
+        # conversation where it was in the list): no BEGIN and COMMIT round trips for them.
+        with nested_savepoint():
             message = Message.objects.create(
                 id=uuid.UUID(self.message_id),
                 conversation=self.conversation,
