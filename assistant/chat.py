@@ -37,7 +37,7 @@ from .models import AuditEntry, Conversation, Job, Message, PendingAction
 from .permissions import refresh_access
 from .planner import get_planner
 from .registry import ToolRegistry, ToolResult, registry
-from .runner import keep, lane, loop_state, request_stop
+from .runner import Hygiene, keep, lane, loop_state, request_stop
 from .storable import storable_text
 from .tokens import Ceiling
 from .turn import CLIENT_TOOL, ClientResult, ClientTool, Turn, nested_savepoint
@@ -527,9 +527,10 @@ async def _in_lane(
     if waiting:
         control.register(waiting, queued, cancel)
     try:
-        async with lane():
+        async with lane() as hygiene:
             try:
                 turn = await sync_to_async(_begin)(
+                    hygiene,
                     user,
                     request,
                     source=source,
@@ -543,6 +544,7 @@ async def _in_lane(
                 launched._stored.exception()  # (retrieved: a caller that left is no error)
                 return None
             turn.listener = run.listener
+            turn.hygiene = hygiene
             launched._stored.set_result(turn.conversation)
             await launched._go.wait()
             if isinstance(request, Resumption):
@@ -565,6 +567,7 @@ async def _in_lane(
 
 
 def _begin(
+    hygiene: Hygiene,
     user: Any,
     request: Request,
     *,
@@ -574,6 +577,7 @@ def _begin(
     cancel: CancellationToken,
     run_id: str | None = None,
 ) -> Turn:
+    hygiene.begin()
     if isinstance(request, ActionAnswer):
         return decision_turn(
             user,
