@@ -35,7 +35,7 @@ from .exceptions import (
 from .lifecycle import ToolSession, new_session
 from .models import AuditEntry, Conversation, Job, Message, PendingAction
 from .permissions import refresh_access
-from .planner import get_planner
+from .planner import KeywordPlanner, get_planner
 from .registry import ToolRegistry, ToolResult, registry
 from .runner import Hygiene, keep, lane, loop_state, request_stop
 from .storable import storable_text
@@ -618,7 +618,19 @@ def _begin(
         turn.client_tools = request.client_tools
     if isinstance(request, ToolResults):
         turn.client_results = request.results
+    if isinstance(request, NewMessage):
+        _plan_now(turn)
     return turn
+
+
+def _plan_now(turn: Turn) -> None:
+    """The keyword planner plans in the turn's first hop, saving the run a hop of its own (a
+    plan that fails here is made again in the run, which then fails as it would)."""
+    planner = get_planner()
+    if isinstance(planner, KeywordPlanner):
+        refresh_access(turn.user)
+        with contextlib.suppress(Exception):
+            planner.plan_in_thread(turn)
 
 
 def _refusal(exc: Exception, request: Request) -> AssistantError:

@@ -179,6 +179,7 @@ class Turn:
         self.publisher = Publisher(self.thread_id)
         self.listener: Callable[[dict[str, Any]], None] | None = None  # a transport's own tap
         self.hygiene: Hygiene | None = None  # the lane's, when the turn runs on one
+        self.planned: Any = None  # what the planner made ahead, in the turn's first hop
         # AG-UI client tools: the client's own (offered by the LLM planner, never dispatched),
         # the results it sends for the ones the last run called, and the ones this run calls
         self.client_tools: tuple[ClientTool, ...] = ()
