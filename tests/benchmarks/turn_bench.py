@@ -8,7 +8,8 @@ same turn ws_load sends: "who am i", a safe tool), in process, one after another
 websocket's lane would. It prints the CPU time per turn (every thread of the process), the
 database queries and Redis commands per turn, and, for scale, what the turn's building blocks
 cost alone: a model insert, a thread hop to a lane and back, one Redis round trip. ws_load's
-server CPU per turn minus this figure is what the websocket transport costs.
+server CPU per turn minus this figure is what the websocket transport costs; turn_cost.py sets
+the whole websocket turn beside a bare Channels consumer doing the same writes (the floor).
 """
 
 from __future__ import annotations

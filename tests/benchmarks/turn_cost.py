@@ -8,7 +8,9 @@ and the same 13 frames from a bare consumer) at ``/ws/floor/`` of the same proce
 runs both sides, in alternating order: N clients connect, then each sends M "who am i" turns
 (a keyword turn running one safe tool), one after another; the server process's CPU time (from
 /proc) between all connected and all finished, over the turns, is that side's figure. It prints
-every round, min and median per side and the ratio (issue #18: ours at most 1.5 times the floor).
+every round, min and median per side, the queries and transactions per turn (the last round's,
+counted in the server process; connects excluded, the first message of a socket opens its
+conversation) and the ratio (issue #18: ours at most 1.5 times the floor).
 """
 
 from __future__ import annotations
@@ -81,22 +83,36 @@ async def client(
     return finished
 
 
-async def side(pid: int, url: str, sessions: list[str], messages: int) -> tuple[float, int]:
-    """CPU seconds of the server per turn on one side, and the turns that finished."""
+def db_counts(port: int) -> dict[str, int]:
+    """The server process's database queries and commits so far (floor_asgi counts them)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/bench/db/", timeout=10) as response:
+        counted: dict[str, int] = json.loads(response.read())
+    return counted
+
+
+async def side(
+    pid: int, port: int, url: str, sessions: list[str], messages: int
+) -> tuple[float, int, dict[str, float]]:
+    """CPU seconds of the server per turn on one side, the turns that finished, and the
+    queries and commits per turn."""
     connected = asyncio.Barrier(len(sessions) + 1)
     go = asyncio.Event()
     clients = [asyncio.ensure_future(client(url, key, messages, connected, go)) for key in sessions]
     await asyncio.wait_for(connected.wait(), timeout=120)
     await asyncio.sleep(0.5)  # whatever a connect starts in the background settles
+    counted = db_counts(port)
     before = ws_load.cpu_seconds(pid)
     go.set()
     results = await asyncio.gather(*clients, return_exceptions=True)
     used = ws_load.cpu_seconds(pid) - before
+    counted = {key: value - counted[key] for key, value in db_counts(port).items()}
     failures = [r for r in results if isinstance(r, BaseException)]
     for failure in failures[:3]:
         print("  client failed:", repr(failure)[:200])
     turns = sum(r for r in results if isinstance(r, int))
-    return used / max(1, turns), turns
+    return used / max(1, turns), turns, {key: n / max(1, turns) for key, n in counted.items()}
 
 
 def main() -> None:
@@ -114,6 +130,7 @@ def main() -> None:
         port = ws_load.free_port()
         server = start_server(port)
         figures: dict[str, list[float]] = {name: [] for name in SIDES}
+        db: dict[str, dict[str, float]] = {}
         sent = args.clients * args.messages
         print(
             f"[turn_cost: {args.clients} clients x {args.messages} messages, {args.rounds} "
@@ -123,7 +140,9 @@ def main() -> None:
             order = list(SIDES) if index % 2 else list(reversed(SIDES))
             for name in order:
                 url = f"ws://127.0.0.1:{port}{SIDES[name]}"
-                cpu, turns = asyncio.run(side(server.pid, url, sessions, args.messages))
+                cpu, turns, db[name] = asyncio.run(
+                    side(server.pid, port, url, sessions, args.messages)
+                )
                 if index:
                     figures[name].append(cpu)
                     print(f"  round {index} {name:<9} {cpu * 1000:6.2f} ms per turn", end="")
@@ -132,7 +151,8 @@ def main() -> None:
         for name, values in figures.items():
             print(
                 f"  {name:<9} CPU per turn: min {min(values) * 1000:.2f} ms, "
-                f"median {statistics.median(values) * 1000:.2f} ms"
+                f"median {statistics.median(values) * 1000:.2f} ms; "
+                f"{db[name]['queries']:.2f} queries, {db[name]['commits']:.2f} transactions"
             )
         print(
             f"  ratio (assistant / floor): median {statistics.median(ours) / statistics.median(floor):.2f}x, "
