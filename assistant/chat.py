@@ -35,12 +35,12 @@ from .exceptions import (
 from .lifecycle import ToolSession, new_session
 from .models import AuditEntry, Conversation, Job, Message, PendingAction
 from .permissions import refresh_access
-from .planner import get_planner
+from .planner import KeywordPlanner, get_planner
 from .registry import ToolRegistry, ToolResult, registry
-from .runner import keep, lane, loop_state, request_stop
+from .runner import Hygiene, keep, lane, loop_state, request_stop
 from .storable import storable_text
 from .tokens import Ceiling
-from .turn import CLIENT_TOOL, ClientResult, ClientTool, Turn
+from .turn import CLIENT_TOOL, ClientResult, ClientTool, Turn, nested_savepoint
 
 logger = logging.getLogger("assistant.chat")
 FRAME_FAILED = "Something went wrong; please try again."
@@ -214,8 +214,11 @@ def start_turn(
     message (``Turn.show_user_message``).
     """
     key = stored_key(user, idempotency_key)
+    # A new conversation and its first message are stored together; a message alone needs no
+    # transaction of its own (no BEGIN and COMMIT round trips).
+    new = conversation._state.adding if isinstance(conversation, Conversation) else not conversation
     try:
-        with transaction.atomic():
+        with transaction.atomic() if new else nested_savepoint():
             if isinstance(conversation, Conversation):
                 if conversation._state.adding:  # a new thread's (``thread_conversation``)
                     conversation.save(force_insert=True)
@@ -526,9 +529,10 @@ async def _in_lane(
     if waiting:
         control.register(waiting, queued, cancel)
     try:
-        async with lane():
+        async with lane() as hygiene:
             try:
                 turn = await sync_to_async(_begin)(
+                    hygiene,
                     user,
                     request,
                     source=source,
@@ -542,6 +546,7 @@ async def _in_lane(
                 launched._stored.exception()  # (retrieved: a caller that left is no error)
                 return None
             turn.listener = run.listener
+            turn.hygiene = hygiene
             if run.ceiling is not None or run.client:
                 turn.ceiling, turn.client = run.ceiling, run.client
             launched._stored.set_result(turn.conversation)
@@ -566,6 +571,7 @@ async def _in_lane(
 
 
 def _begin(
+    hygiene: Hygiene,
     user: Any,
     request: Request,
     *,
@@ -575,6 +581,7 @@ def _begin(
     cancel: CancellationToken,
     run_id: str | None = None,
 ) -> Turn:
+    hygiene.begin()
     if isinstance(request, ActionAnswer):
         return decision_turn(
             user,
@@ -615,7 +622,19 @@ def _begin(
         turn.client_tools = request.client_tools
     if isinstance(request, ToolResults):
         turn.client_results = request.results
+    if isinstance(request, NewMessage):
+        _plan_now(turn)
     return turn
+
+
+def _plan_now(turn: Turn) -> None:
+    """The keyword planner plans in the turn's first hop, saving the run a hop of its own (a
+    plan that fails here is made again in the run, which then fails as it would)."""
+    planner = get_planner()
+    if isinstance(planner, KeywordPlanner):
+        refresh_access(turn.user)
+        with contextlib.suppress(Exception):
+            planner.plan_in_thread(turn)
 
 
 def _refusal(exc: Exception, request: Request) -> AssistantError:

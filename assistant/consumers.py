@@ -237,9 +237,12 @@ class AssistantConsumer(AsyncWebsocketConsumer):
 
     async def send_frame(self, frame: dict[str, Any]) -> None:
         """Send one frame, unless this client stopped reading (then close it, once)."""
+        await self.send_text(json.dumps(frame, separators=(",", ":")))
+
+    async def send_text(self, data: str) -> None:
+        """Send one frame already serialised (as ``send_frame`` does)."""
         if self.too_slow:
             return
-        data = json.dumps(frame, separators=(",", ":"))
         self.in_flight += len(data)
         try:
             await self.send(text_data=data)
@@ -429,8 +432,11 @@ class AssistantConsumer(AsyncWebsocketConsumer):
             await super().dispatch(message)
 
     async def assistant_events(self, message: dict[str, Any]) -> None:
-        for frame in message["frames"]:
-            await self.send_frame(frame)
+        texts = message.get("texts")
+        if texts is None:  # (from a process of an earlier release)
+            texts = [json.dumps(frame, separators=(",", ":")) for frame in message["frames"]]
+        for text in texts:  # serialised once by the publisher, for every socket
+            await self.send_text(text)
 
     # -- helpers ----------------------------------------------------------------------------
 

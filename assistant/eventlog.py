@@ -27,8 +27,14 @@ class Replay:
 
 
 class EventLog(Protocol):
-    async def append_many(self, thread_id: str, frames: list[dict[str, Any]]) -> int:
-        """Number and keep several frames at once, in order; returns the last number."""
+    async def append_many(
+        self, thread_id: str, frames: list[dict[str, Any]], bodies: list[str] | None = None
+    ) -> int:
+        """Number and keep several frames at once, in order; returns the last number.
+
+        ``bodies``, when given, are the frames already serialised as compact JSON, without
+        their ``seq``.
+        """
 
     async def since(self, thread_id: str, after: int) -> Replay:
         """Frames numbered above ``after`` (and whether any in between were already dropped)."""
@@ -45,7 +51,9 @@ class MemoryEventLog:
         self._lock = threading.Lock()
         self._logs: dict[str, tuple[list[int], deque[dict[str, Any]]]] = {}
 
-    async def append_many(self, thread_id: str, frames: list[dict[str, Any]]) -> int:
+    async def append_many(
+        self, thread_id: str, frames: list[dict[str, Any]], bodies: list[str] | None = None
+    ) -> int:
         with self._lock:
             counter, kept = self._logs.setdefault(thread_id, ([0], deque(maxlen=self.keep)))
             for frame in frames:
@@ -100,16 +108,28 @@ class RedisEventLog:
     def _keys(thread_id: str) -> tuple[str, str]:
         return f"assistant:events:{thread_id}:seq", f"assistant:events:{thread_id}:frames"
 
-    async def append_many(self, thread_id: str, frames: list[dict[str, Any]]) -> int:
+    async def append_many(
+        self,
+        thread_id: str,
+        frames: list[dict[str, Any]],
+        bodies: list[str] | None = None,
+        *,
+        publish: str = "",
+    ) -> int:
+        """As ``EventLog.append_many``; and with ``publish``, a Redis pub/sub channel, the same
+        round trip publishes the numbered frames there as channels-redis's pub/sub layer sends
+        a group message (msgpack): ``{"type": "assistant.events", "texts": [...]}``."""
         client = self._client()
         if self._append is None:
             self._append = client.register_script(APPEND_SCRIPT)
+        if bodies is None:
+            bodies = [json.dumps(_unnumbered(frame), separators=(",", ":")) for frame in frames]
         # one argument for the whole burst: compact JSON never holds a raw newline
-        payload = "\n".join(json.dumps(frame, separators=(",", ":")) for frame in frames)
+        payload = "\n".join(bodies)
         last = int(
             await self._append(
                 keys=self._keys(thread_id),
-                args=[self.keep, self.ttl, len(frames), payload],
+                args=[self.keep, self.ttl, len(frames), payload, publish],
                 client=client,
             )
         )
@@ -150,19 +170,28 @@ class RedisEventLog:
         return len(changes)
 
 
-# Number a batch, keep it and trim the log in one round trip. A member is "<seq> <json>": the
-# number makes equal frames distinct members and is the frame's "seq" when it is read back.
+# Number a batch, keep it and trim the log in one round trip (and publish it, when ARGV[5] names
+# a channel). A member is "<seq> <json>": the number makes equal frames distinct members and is
+# the frame's "seq" when it is read back; a published frame is its JSON with "seq" added.
 APPEND_SCRIPT = """
 local count = tonumber(ARGV[3])
 local last = redis.call('INCRBY', KEYS[1], count)
 local seq = last - count
+local publish = ARGV[5] ~= ''
+local texts = {}
 for frame in string.gmatch(ARGV[4], '[^\\n]+') do
     seq = seq + 1
     redis.call('ZADD', KEYS[2], seq, seq .. ' ' .. frame)
+    if publish then
+        texts[#texts + 1] = string.sub(frame, 1, -2) .. ',"seq":' .. string.format('%d', seq) .. '}'
+    end
 end
 redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -tonumber(ARGV[1]) - 1)
 redis.call('EXPIRE', KEYS[2], ARGV[2])
 redis.call('EXPIRE', KEYS[1], ARGV[2])
+if publish then
+    redis.call('PUBLISH', ARGV[5], cmsgpack.pack({type = 'assistant.events', texts = texts}))
+end
 return last
 """
 
@@ -176,6 +205,11 @@ def scrubbed(value: Any, scrub: Callable[[str], str]) -> Any:
     if isinstance(value, list):
         return [scrubbed(item, scrub) for item in value]
     return value
+
+
+def _unnumbered(frame: dict[str, Any]) -> dict[str, Any]:
+    """The frame as it is kept: its number is the member's, not the JSON's."""
+    return {key: value for key, value in frame.items() if key != "seq"}
 
 
 def _stored_frame(member: bytes, seq: float) -> dict[str, Any]:

@@ -1,4 +1,9 @@
-"""The reply event vocabulary: AG-UI events, encoded by the ag-ui-protocol models, as JSON frames."""
+"""The reply event vocabulary: AG-UI events as JSON frames.
+
+The events a turn streams are built as plain dicts, spelled as the ag-ui-protocol models encode
+them (tests/test_events.py holds every shape against ``ag_ui.core``); the rarer ones (a
+snapshot, an interrupted or cancelled run) are built by the models.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,6 @@ from typing import Any
 from ag_ui.core import (
     AssistantMessage,
     BaseEvent,
-    CustomEvent,
     FunctionCall,
     Interrupt,
     MessagesSnapshotEvent,
@@ -18,15 +22,7 @@ from ag_ui.core import (
     RunFinishedEvent,
     RunFinishedInterruptOutcome,
     RunFinishedSuccessOutcome,
-    RunStartedEvent,
-    TextMessageContentEvent,
-    TextMessageEndEvent,
-    TextMessageStartEvent,
     TokenUsage,
-    ToolCallArgsEvent,
-    ToolCallEndEvent,
-    ToolCallResultEvent,
-    ToolCallStartEvent,
     UserMessage,
 )
 from ag_ui.core import (
@@ -39,17 +35,29 @@ from .models import Message
 PROTOCOL_VERSION = "1.0"
 
 
-def frame(event: BaseEvent, *, thread_id: str, run_id: str | None, seq: int = 0) -> dict[str, Any]:
+Event = dict[str, Any]  # an AG-UI event as JSON spells it
+
+
+def frame(
+    event: Event | BaseEvent, *, thread_id: str, run_id: str | None, seq: int = 0
+) -> dict[str, Any]:
     """One websocket frame: the AG-UI event as the protocol spells it, plus seq/threadId/runId."""
-    data: dict[str, Any] = event.model_dump(mode="json", by_alias=True)
+    data: dict[str, Any] = (
+        event if isinstance(event, dict) else event.model_dump(mode="json", by_alias=True)
+    )
     data["seq"] = seq
     data["threadId"] = thread_id
     data["runId"] = run_id
     return data
 
 
-def run_started(thread_id: str, run_id: str) -> RunStartedEvent:
-    return RunStartedEvent(thread_id=thread_id, run_id=run_id, protocol_version=PROTOCOL_VERSION)
+def run_started(thread_id: str, run_id: str) -> Event:
+    return {
+        "type": "RUN_STARTED",
+        "threadId": thread_id,
+        "runId": run_id,
+        "protocolVersion": PROTOCOL_VERSION,
+    }
 
 
 def run_finished(
@@ -61,7 +69,7 @@ def run_finished(
     cancelled: bool = False,
     pending_tool_calls: list[str] | None = None,
     usage: list[TokenUsage] | None = None,
-) -> RunFinishedEvent:
+) -> Event | RunFinishedEvent:
     outcome: Any = None
     if interrupts:
         outcome = RunFinishedInterruptOutcome(interrupts=interrupts)
@@ -69,13 +77,22 @@ def run_finished(
         outcome = RunFinishedCancelledOutcome()
     elif pending_tool_calls:  # calls of the client's own tools, for it to answer
         outcome = RunFinishedSuccessOutcome(pending_tool_call_ids=pending_tool_calls)
-    return RunFinishedEvent(
-        thread_id=thread_id, run_id=run_id, result=result, outcome=outcome, usage=usage
-    )
+    if outcome is not None or usage is not None:
+        return RunFinishedEvent(
+            thread_id=thread_id, run_id=run_id, result=result, outcome=outcome, usage=usage
+        )
+    event: Event = {"type": "RUN_FINISHED", "threadId": thread_id, "runId": run_id}
+    if result is not None:  # (JSON values: the message id and its status)
+        event["result"] = result
+    return event
 
 
-def run_error(message: str, code: str, *, usage: list[TokenUsage] | None = None) -> RunErrorEvent:
-    return RunErrorEvent(message=message, code=code, usage=usage)
+def run_error(
+    message: str, code: str, *, usage: list[TokenUsage] | None = None
+) -> Event | RunErrorEvent:
+    if usage is not None:
+        return RunErrorEvent(message=message, code=code, usage=usage)
+    return {"type": "RUN_ERROR", "message": message, "code": code}
 
 
 def token_usage(model: str, usage: dict[str, int]) -> list[TokenUsage] | None:
@@ -125,46 +142,64 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def text_start(message_id: str) -> TextMessageStartEvent:
-    return TextMessageStartEvent(message_id=message_id, role="assistant", timestamp=now_ms())
+def text_start(message_id: str) -> Event:
+    return {
+        "type": "TEXT_MESSAGE_START",
+        "timestamp": now_ms(),
+        "messageId": message_id,
+        "role": "assistant",
+    }
 
 
-def user_text_start(message_id: str) -> TextMessageStartEvent:
-    return TextMessageStartEvent(message_id=message_id, role="user", timestamp=now_ms())
+def user_text_start(message_id: str) -> Event:
+    return {
+        "type": "TEXT_MESSAGE_START",
+        "timestamp": now_ms(),
+        "messageId": message_id,
+        "role": "user",
+    }
 
 
-def text_content(message_id: str, delta: str) -> TextMessageContentEvent:
-    return TextMessageContentEvent(message_id=message_id, delta=delta)
+def text_content(message_id: str, delta: str) -> Event:
+    return {"type": "TEXT_MESSAGE_CONTENT", "messageId": message_id, "delta": delta}
 
 
-def text_end(message_id: str) -> TextMessageEndEvent:
-    return TextMessageEndEvent(message_id=message_id)
+def text_end(message_id: str) -> Event:
+    return {"type": "TEXT_MESSAGE_END", "messageId": message_id}
 
 
-def tool_call_start(
-    tool_call_id: str, name: str, parent_message_id: str | None
-) -> ToolCallStartEvent:
-    return ToolCallStartEvent(
-        tool_call_id=tool_call_id, tool_call_name=name, parent_message_id=parent_message_id
-    )
+def tool_call_start(tool_call_id: str, name: str, parent_message_id: str | None) -> Event:
+    event: Event = {"type": "TOOL_CALL_START", "toolCallId": tool_call_id, "toolCallName": name}
+    if parent_message_id is not None:
+        event["parentMessageId"] = parent_message_id
+    return event
 
 
-def tool_call_args(tool_call_id: str, delta: str) -> ToolCallArgsEvent:
-    return ToolCallArgsEvent(tool_call_id=tool_call_id, delta=delta)
+def tool_call_args(tool_call_id: str, delta: str) -> Event:
+    return {"type": "TOOL_CALL_ARGS", "toolCallId": tool_call_id, "delta": delta}
 
 
-def tool_call_end(tool_call_id: str) -> ToolCallEndEvent:
-    return ToolCallEndEvent(tool_call_id=tool_call_id)
+def tool_call_end(tool_call_id: str) -> Event:
+    return {"type": "TOOL_CALL_END", "toolCallId": tool_call_id}
 
 
-def tool_call_result(message_id: str, tool_call_id: str, content: str) -> ToolCallResultEvent:
-    return ToolCallResultEvent(
-        message_id=message_id, tool_call_id=tool_call_id, content=content, role="tool"
-    )
+def tool_call_result(message_id: str, tool_call_id: str, content: str) -> Event:
+    return {
+        "type": "TOOL_CALL_RESULT",
+        "messageId": message_id,
+        "toolCallId": tool_call_id,
+        "content": content,
+        "role": "tool",
+    }
 
 
-def custom(name: str, value: Any) -> CustomEvent:
-    return CustomEvent(name=name, value=json.loads(json.dumps(value, cls=DjangoJSONEncoder)))
+def custom(name: str, value: Any) -> Event:
+    return {"type": "CUSTOM", "name": name, "value": _json(value)}
+
+
+def _json(value: Any) -> Any:
+    """The value as JSON gives it back (dates, UUIDs and the like as Django's encoder writes them)."""
+    return json.loads(json.dumps(value, cls=DjangoJSONEncoder))
 
 
 def messages_snapshot(messages: list[Any]) -> MessagesSnapshotEvent:

@@ -232,18 +232,39 @@ def loop_state() -> _LoopState:
     return state
 
 
+class Hygiene:
+    """A lane's connection hygiene, as a request has it: old connections are closed when a turn
+    begins and when it ends, inside the turn's own first and last hops (no hops of their own)."""
+
+    def __init__(self) -> None:
+        self.ended = False
+
+    def begin(self) -> None:
+        """Called first in the turn's first sync step."""
+        close_old_connections()
+
+    def end(self) -> None:
+        """Called last in the turn's last sync step (else the lane does it in a hop of its own)."""
+        close_old_connections()
+        self.ended = True
+
+
 @asynccontextmanager
-async def lane() -> AsyncIterator[None]:
-    """Run the body's sync work on a free lane: one thread, its own database connection."""
+async def lane() -> AsyncIterator[Hygiene]:
+    """Run the body's sync work on a free lane: one thread, its own database connection.
+
+    The body calls ``begin()`` in its first sync step and, where it can, ``end()`` in its last.
+    """
     lanes = loop_state().lanes
     executor = await lanes.get()
     try:
         async with ThreadSensitiveContext(executor=executor):
-            await sync_to_async(close_old_connections)()
+            hygiene = Hygiene()
             try:
-                yield
+                yield hygiene
             finally:
-                await sync_to_async(close_old_connections)()
+                if not hygiene.ended:
+                    await sync_to_async(close_old_connections)()
     finally:
         lanes.put_nowait(executor)
 

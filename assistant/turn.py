@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
@@ -24,6 +25,7 @@ from .lifecycle import ToolSession
 from .models import Conversation, Message
 from .redaction import redact_data, redact_text, redacted, sensitive_values, unfinished_secret
 from .registry import ToolRegistry, registry
+from .runner import Hygiene
 from .tokens import Ceiling
 
 logger = logging.getLogger("assistant.turn")
@@ -101,17 +103,31 @@ def shown_data(record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-def settle_user_message(message: Message, conversation: Conversation, secrets: set[str]) -> None:
-    """Store the user's message redacted and title a new conversation by it (never before)."""
+def nested_savepoint() -> contextlib.AbstractContextManager[Any]:
+    """A savepoint inside a caller's transaction (a failure leaves it usable); else nothing."""
+    if transaction.get_connection().in_atomic_block:
+        return transaction.atomic()
+    return contextlib.nullcontext()
+
+
+def settled(message: Message, conversation: Conversation, secrets: set[str]) -> tuple[str, str]:
+    """The user's message redacted, and the conversation's title by it (a new one's first)."""
     before = message.text
     text = redact_text(before, secrets)
-    if text != before:
-        message.text = text
-        message.save(update_fields=["text"])
     if not conversation.title or conversation.title == short_title(before):
         title = short_title(text)  # of the redacted text: a secret cut short must go whole
     else:
         title = redact_text(conversation.title, secrets)
+    return text, title
+
+
+def settle_user_message(
+    message: Message, conversation: Conversation, text: str, title: str
+) -> None:
+    """Store what ``settled`` made of the user's message and the title, where they changed."""
+    if text != message.text:
+        message.text = text
+        message.save(update_fields=["text"])
     if title != conversation.title:
         conversation.title = title
         Conversation.objects.filter(pk=conversation.pk).update(title=title)
@@ -162,6 +178,8 @@ class Turn:
         self._held = ""  # reply text not streamed yet: it may be the start of a secret
         self.publisher = Publisher(self.thread_id)
         self.listener: Callable[[dict[str, Any]], None] | None = None  # a transport's own tap
+        self.hygiene: Hygiene | None = None  # the lane's, when the turn runs on one
+        self.planned: Any = None  # what the planner made ahead, in the turn's first hop
         # AG-UI client tools: the client's own (offered by the LLM planner, never dispatched),
         # the results it sends for the ones the last run called, and the ones this run calls
         self.client_tools: tuple[ClientTool, ...] = ()
@@ -214,9 +232,12 @@ class Turn:
 
     async def _settle(self) -> None:
         assert self.user_message is not None
+        text, title = settled(self.user_message, self.conversation, self._shown)
+        if text == self.user_message.text and title == self.conversation.title:
+            return  # (most turns: nothing to redact, the title stands): no thread hop
         try:
             await sync_to_async(settle_user_message)(
-                self.user_message, self.conversation, self._shown
+                self.user_message, self.conversation, text, title
             )
         except DatabaseError:  # the echo is still redacted: the text changed before the save
             logger.exception("Storing the redacted message in %s failed", self.thread_id)
@@ -359,7 +380,7 @@ class Turn:
         if self._text_open:
             await self.emit(events.text_end(self.message_id))
         try:
-            message = await sync_to_async(self._store)(status)
+            message = await sync_to_async(self._store_last)(status)
         except Exception as exc:
             logger.exception("Storing the reply failed in conversation %s", self.thread_id)
             await sync_to_async(self._release_key)()
@@ -404,9 +425,18 @@ class Turn:
         except DatabaseError:
             logger.exception("Releasing the Idempotency-Key of a lost reply failed")
 
+    def _store_last(self, status: str) -> Message:
+        """Store the reply: the turn's last sync step, which ends its lane's hygiene too."""
+        message = self._store(status)
+        if self.hygiene is not None:
+            self.hygiene.end()
+        return message
+
     def _store(self, status: str) -> Message:
         actions = [a for o in self.outcomes if o.result for a in o.result.actions]
-        with transaction.atomic():
+        # Two statements on their own (a crash between them leaves the reply stored and the
+        # conversation where it was in the list): no BEGIN and COMMIT round trips for them.
+        with nested_savepoint():
             message = Message.objects.create(
                 id=uuid.UUID(self.message_id),
                 conversation=self.conversation,

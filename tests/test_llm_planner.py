@@ -533,7 +533,8 @@ async def next_frame(layer, channel, wanted):
     """The first frame sent to ``channel`` that ``wanted`` accepts (within five seconds)."""
     async with asyncio.timeout(5):
         while True:
-            for frame in (await layer.receive(channel))["frames"]:
+            for text in (await layer.receive(channel))["texts"]:
+                frame = json.loads(text)
                 if wanted(frame):
                     return frame
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -257,9 +258,18 @@ def _plan(turn: Turn) -> list[Intent]:
 class KeywordPlanner:
     """Offline and deterministic: one intent from the registry's keywords, then the results."""
 
+    @staticmethod
+    def plan_in_thread(turn: Turn) -> None:
+        """Plan from a sync step the turn makes anyway (its first): ``plan`` takes it from there."""
+        turn.planned = _plan(turn)
+
     async def plan(self, turn: Turn) -> list[Intent]:
         """The turn's intents, their secrets identified before anything echoes the message."""
-        intents = await sync_to_async(_plan)(turn)
+        intents, turn.planned = turn.planned, None
+        if intents is None:
+            intents = await sync_to_async(_plan)(turn)
+        else:
+            await asyncio.sleep(0)  # a stop asked for already lands here, before any call
         for intent in intents:
             turn.identify(intent.operation, intent.entities)
         return intents

@@ -1,0 +1,178 @@
+"""Server CPU per chat turn over the websocket, side by side with a bare Channels floor.
+
+Run: ``.venv/bin/python tests/benchmarks/turn_cost.py [--clients 50] [--messages 10] [--rounds 3]``
+It needs PostgreSQL (127.0.0.1:5432) and Redis (127.0.0.1:6379): as ws_load, it creates a
+scratch database and serves the example project under one daphne process on the channels-redis
+pub/sub layer and the Redis event log, with the floor (tests/benchmarks/floor.py: the same rows
+and the same 13 frames from a bare consumer) at ``/ws/floor/`` of the same process. Each round
+runs both sides, in alternating order: N clients connect, then each sends M "who am i" turns
+(a keyword turn running one safe tool), one after another; the server process's CPU time (from
+/proc) between all connected and all finished, over the turns, is that side's figure. It prints
+every round, min and median per side, the queries and transactions per turn (the last round's,
+counted in the server process; connects excluded, the first message of a socket opens its
+conversation) and the ratio (issue #18: ours at most 1.5 times the floor).
+Measured 2026-12-01 (50 x 10, 3 rounds, a loaded 2-core box): floor 4.1-4.6 ms; ours 10.3 ms
+(2.4-2.5x) before the issue's levers, 8.1-8.9 ms (1.8-1.9x) after; 5.6 queries per turn on both
+sides, transactions 2.0 per turn before, 0.1 after (BENCH-NOTES.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ws_load
+
+ws_load.BENCH_DB = "assistant_cost_bench"
+SIDES = {"floor": "/ws/floor/", "assistant": "/ws/assistant/"}
+
+
+def start_server(port: int) -> subprocess.Popen[bytes]:
+    command = ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
+    process = subprocess.Popen(
+        [sys.executable, *command, "tests.benchmarks.floor_asgi:application"],
+        cwd=ws_load.ROOT,
+        env=ws_load.server_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            ws_load.socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return process
+        except OSError:
+            time.sleep(0.1)
+    process.kill()
+    raise RuntimeError("the server did not start")
+
+
+async def client(
+    url: str, session: str, messages: int, connected: asyncio.Barrier, go: asyncio.Event
+) -> int:
+    import websockets
+
+    finished = 0
+    async with websockets.connect(
+        url,
+        origin="http://127.0.0.1",
+        additional_headers={"Cookie": f"sessionid={session}"},
+        open_timeout=60,
+        max_size=None,
+    ) as ws:
+        await connected.wait()
+        await go.wait()
+        conversation = None
+        for _ in range(messages):
+            frame: dict[str, object] = {"type": "message", "text": "who am i"}
+            if conversation:
+                frame["conversation"] = conversation
+            await ws.send(json.dumps(frame))
+            while True:
+                event = json.loads(await asyncio.wait_for(ws.recv(), timeout=60))
+                if event["type"] == "RUN_FINISHED":
+                    conversation = event["threadId"]
+                    finished += 1
+                    break
+                if event["type"] == "RUN_ERROR":
+                    raise RuntimeError(event)
+    return finished
+
+
+def db_counts(port: int) -> dict[str, int]:
+    """The server process's database queries and commits so far (floor_asgi counts them)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/bench/db/", timeout=10) as response:
+        counted: dict[str, int] = json.loads(response.read())
+    return counted
+
+
+async def side(
+    pid: int, port: int, url: str, sessions: list[str], messages: int
+) -> tuple[float, int, dict[str, float]]:
+    """CPU seconds of the server per turn on one side, the turns that finished, and the
+    queries and commits per turn."""
+    connected = asyncio.Barrier(len(sessions) + 1)
+    go = asyncio.Event()
+    clients = [asyncio.ensure_future(client(url, key, messages, connected, go)) for key in sessions]
+    await asyncio.wait_for(connected.wait(), timeout=120)
+    await asyncio.sleep(0.5)  # whatever a connect starts in the background settles
+    counted = db_counts(port)
+    before = ws_load.cpu_seconds(pid)
+    go.set()
+    results = await asyncio.gather(*clients, return_exceptions=True)
+    used = ws_load.cpu_seconds(pid) - before
+    counted = {key: value - counted[key] for key, value in db_counts(port).items()}
+    failures = [r for r in results if isinstance(r, BaseException)]
+    for failure in failures[:3]:
+        print("  client failed:", repr(failure)[:200])
+    turns = sum(r for r in results if isinstance(r, int))
+    return used / max(1, turns), turns, {key: n / max(1, turns) for key, n in counted.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--messages", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    ws_load.os.environ["ASSISTANT_CHANNEL_LAYER"] = "pubsub"
+
+    ws_load.recreate_database()
+    server = None
+    try:
+        sessions = ws_load.prepare(args.clients)
+        port = ws_load.free_port()
+        server = start_server(port)
+        figures: dict[str, list[float]] = {name: [] for name in SIDES}
+        db: dict[str, dict[str, float]] = {}
+        sent = args.clients * args.messages
+        print(
+            f"[turn_cost: {args.clients} clients x {args.messages} messages, {args.rounds} "
+            "rounds, one daphne process, PostgreSQL + channels-redis pub/sub]"
+        )
+        for index in range(args.rounds + 1):  # round 0 warms both sides up
+            order = list(SIDES) if index % 2 else list(reversed(SIDES))
+            for name in order:
+                url = f"ws://127.0.0.1:{port}{SIDES[name]}"
+                cpu, turns, db[name] = asyncio.run(
+                    side(server.pid, port, url, sessions, args.messages)
+                )
+                if index:
+                    figures[name].append(cpu)
+                    print(f"  round {index} {name:<9} {cpu * 1000:6.2f} ms per turn", end="")
+                    print(f"  ({turns} of {sent} turns)")
+        floor, ours = figures["floor"], figures["assistant"]
+        for name, values in figures.items():
+            print(
+                f"  {name:<9} CPU per turn: min {min(values) * 1000:.2f} ms, "
+                f"median {statistics.median(values) * 1000:.2f} ms; "
+                f"{db[name]['queries']:.2f} queries, {db[name]['commits']:.2f} transactions"
+            )
+        print(
+            f"  ratio (assistant / floor): median {statistics.median(ours) / statistics.median(floor):.2f}x, "
+            f"min {min(ours) / min(floor):.2f}x   target <= 1.5x"
+        )
+    finally:
+        if server is not None:
+            server.terminate()
+            try:
+                server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+        from django.db import connections
+
+        connections.close_all()
+        ws_load.drop_database()
+
+
+if __name__ == "__main__":
+    main()
