@@ -9,14 +9,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import weakref
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
 
 from channels.layers import get_channel_layer
 
-from .eventlog import EventLog, RedisEventLog, event_log, scrubbed
+from .eventlog import event_log, scrubbed
 
 logger = logging.getLogger("assistant.broadcast")
 BATCH_WINDOW = 0.005  # seconds a publisher waits to gather a burst of frames into one send
@@ -25,45 +23,6 @@ BATCH_WINDOW = 0.005  # seconds a publisher waits to gather a burst of frames in
 def group_name(thread_id: Any) -> str:
     """The channel-layer group every socket watching a conversation joins."""
     return f"assistant.conversation.{thread_id}"
-
-
-# channel layer → (the event log it was checked with, whether that log can publish for it)
-_fused: weakref.WeakKeyDictionary[Any, tuple[EventLog, bool]] = weakref.WeakKeyDictionary()
-
-
-def _published_by_log(log: EventLog, layer: Any, group: str) -> str:
-    """The pub/sub channel of ``group`` when the Redis event log's own script can publish to it
-    as the layer would (channels-redis's pub/sub layer, one Redis, the log's, plain msgpack);
-    else "" (the layer sends it)."""
-    if layer is None or not isinstance(log, RedisEventLog):
-        return ""
-    known = _fused.get(layer)
-    if known is None or known[0] is not log:
-        known = _fused[layer] = (log, _can_fuse(log, layer))
-    if not known[1]:
-        return ""
-    return str(layer._get_layer()._get_group_channel_name(group))
-
-
-def _can_fuse(log: RedisEventLog, layer: Any) -> bool:
-    try:
-        from channels_redis.pubsub import RedisPubSubChannelLayer
-        from channels_redis.serializers import MsgPackSerializer
-    except ImportError:
-        return False
-    if not isinstance(layer, RedisPubSubChannelLayer):
-        return False
-    serializer = layer._serializer
-    if type(serializer) is not MsgPackSerializer or serializer.crypter is not None:
-        return False
-    if serializer.random_prefix_length:
-        return False
-    shards = layer._get_layer()._shards
-    if len(shards) != 1 or not isinstance(shards[0].host.get("address"), str):
-        return False
-    address, url = urlsplit(shards[0].host["address"]), urlsplit(log.url)
-    # one server: the same host, port and account (pub/sub channels span its databases)
-    return (address.scheme, address.netloc) == (url.scheme, url.netloc)
 
 
 class Publisher:
@@ -103,16 +62,11 @@ class Publisher:
             frame.pop("seq", None)
             bodies.append(json.dumps(frame, separators=(",", ":")))
             frame["seq"] = 0
-        log, layer = event_log(), get_channel_layer()
-        channel = _published_by_log(log, layer, group_name(self.thread_id))
         try:
-            if channel:
-                assert isinstance(log, RedisEventLog)
-                await log.append_many(self.thread_id, batch, bodies, publish=channel)
-                return  # numbered, kept and sent in one round trip
-            await log.append_many(self.thread_id, batch, bodies)
+            await event_log().append_many(self.thread_id, batch, bodies)
         except Exception:
             logger.exception("Keeping events for replay failed (conversation %s)", self.thread_id)
+        layer = get_channel_layer()
         if layer is None:
             return
         # what the sockets send as it is: the body with its number added

@@ -109,16 +109,8 @@ class RedisEventLog:
         return f"assistant:events:{thread_id}:seq", f"assistant:events:{thread_id}:frames"
 
     async def append_many(
-        self,
-        thread_id: str,
-        frames: list[dict[str, Any]],
-        bodies: list[str] | None = None,
-        *,
-        publish: str = "",
+        self, thread_id: str, frames: list[dict[str, Any]], bodies: list[str] | None = None
     ) -> int:
-        """As ``EventLog.append_many``; and with ``publish``, a Redis pub/sub channel, the same
-        round trip publishes the numbered frames there as channels-redis's pub/sub layer sends
-        a group message (msgpack): ``{"type": "assistant.events", "texts": [...]}``."""
         client = self._client()
         if self._append is None:
             self._append = client.register_script(APPEND_SCRIPT)
@@ -129,7 +121,7 @@ class RedisEventLog:
         last = int(
             await self._append(
                 keys=self._keys(thread_id),
-                args=[self.keep, self.ttl, len(frames), payload, publish],
+                args=[self.keep, self.ttl, len(frames), payload],
                 client=client,
             )
         )
@@ -170,28 +162,19 @@ class RedisEventLog:
         return len(changes)
 
 
-# Number a batch, keep it and trim the log in one round trip (and publish it, when ARGV[5] names
-# a channel). A member is "<seq> <json>": the number makes equal frames distinct members and is
-# the frame's "seq" when it is read back; a published frame is its JSON with "seq" added.
+# Number a batch, keep it and trim the log in one round trip. A member is "<seq> <json>": the
+# number makes equal frames distinct members and is the frame's "seq" when it is read back.
 APPEND_SCRIPT = """
 local count = tonumber(ARGV[3])
 local last = redis.call('INCRBY', KEYS[1], count)
 local seq = last - count
-local publish = ARGV[5] ~= ''
-local texts = {}
 for frame in string.gmatch(ARGV[4], '[^\\n]+') do
     seq = seq + 1
     redis.call('ZADD', KEYS[2], seq, seq .. ' ' .. frame)
-    if publish then
-        texts[#texts + 1] = string.sub(frame, 1, -2) .. ',"seq":' .. string.format('%d', seq) .. '}'
-    end
 end
 redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -tonumber(ARGV[1]) - 1)
 redis.call('EXPIRE', KEYS[2], ARGV[2])
 redis.call('EXPIRE', KEYS[1], ARGV[2])
-if publish then
-    redis.call('PUBLISH', ARGV[5], cmsgpack.pack({type = 'assistant.events', texts = texts}))
-end
 return last
 """
 

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 import redis
 from asgiref.sync import sync_to_async
-from channels.layers import get_channel_layer
 from django.conf import settings as django_settings
 from django.contrib.auth import get_user_model
 from django.db import connection
@@ -26,8 +25,6 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 from websockets.typing import Origin
 
-from assistant import events
-from assistant.broadcast import Publisher, _published_by_log, group_name
 from assistant.eventlog import RedisEventLog, event_log
 from assistant.models import AuditEntry, Conversation, Message
 from tests.channel_layers import REDIS_CHANNEL_LAYERS
@@ -215,33 +212,6 @@ async def test_two_identical_frames_of_one_burst_are_both_replayed_with_their_ow
     marker = await receive(second)
     assert kind(marker) == "CUSTOM assistant.resumed"
     assert marker["value"] == {"last": last + 2}
-
-
-@pytest.mark.django_db(transaction=True)
-async def test_a_published_burst_reaches_the_sockets_numbered_as_the_log_keeps_it(
-    redis_channel_layer, redis_event_log, open_socket, plain_user
-):
-    socket = await open_socket(plain_user)
-    await send(socket, type="message", text="ping")
-    earlier = await receive_run(socket)
-    thread_id, last = earlier[0]["threadId"], earlier[-1]["seq"]
-    # the pub/sub layer on the log's own Redis: the log's script publishes the burst itself
-    fused = _published_by_log(event_log(), get_channel_layer(), group_name(thread_id))
-    assert bool(fused) == (redis_channel_layer["BACKEND"] == REDIS_CHANNEL_LAYERS["pubsub"])
-    words = {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m-2", "delta": 'a "quoted" é'}
-    publisher = Publisher(thread_id)
-    publisher.put(events.frame(dict(words), thread_id=thread_id, run_id="run-2"))
-    publisher.put(events.frame(events.text_end("m-2"), thread_id=thread_id, run_id="run-2"))
-    await publisher.close()
-
-    live = [await receive(socket), await receive(socket)]
-
-    assert live == [
-        {**words, "seq": last + 1, "threadId": thread_id, "runId": "run-2"},
-        {"type": "TEXT_MESSAGE_END", "messageId": "m-2", "seq": last + 2}
-        | {"threadId": thread_id, "runId": "run-2"},
-    ]
-    assert (await event_log().since(thread_id, last)).frames == live
 
 
 @pytest.mark.django_db(transaction=True)
