@@ -232,6 +232,41 @@ def connections_after_idle(within: float = 30.0) -> tuple[int, float]:
     return last, time.monotonic() - started
 
 
+def database_counters() -> dict[str, int]:
+    """The scratch database's transaction, row and WAL counters (PostgreSQL's statistics)."""
+    import psycopg
+
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT xact_commit, tup_inserted, tup_updated, tup_deleted, tup_returned + tup_fetched,"
+            " pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint"
+            " FROM pg_stat_database WHERE datname = %s",
+            [BENCH_DB],
+        ).fetchone()
+    names = ("commits", "inserted", "updated", "deleted", "read", "wal_bytes")
+    return dict(zip(names, row or (0,) * len(names), strict=True))
+
+
+def redis_counters() -> dict[str, int]:
+    """Commands and bytes the Redis server has handled so far (all clients)."""
+    import redis
+
+    client = redis.Redis.from_url(os.environ.get("WS_LOAD_REDIS_URL", REDIS_URL))
+    try:
+        stats = client.info("stats")
+    finally:
+        client.close()
+    return {
+        "commands": int(stats["total_commands_processed"]),
+        "bytes_in": int(stats["total_net_input_bytes"]),
+        "bytes_out": int(stats["total_net_output_bytes"]),
+    }
+
+
+def per_turn(after: dict[str, int], before: dict[str, int], turns: int) -> str:
+    return ", ".join(f"{(after[k] - before[k]) / turns:.1f} {k}" for k in after)
+
+
 def cpu_of(name: str) -> float:
     """CPU seconds used so far by every process named ``name`` (Linux; exited ones not counted)."""
     total = 0.0
@@ -289,6 +324,7 @@ def main() -> None:
         cpu_before = cpu_seconds(server.pid)
         services_before = cpu_of("postgres"), cpu_of("redis-server")
         driver_before = time.process_time()
+        database_before, redis_before = database_counters(), redis_counters()
         elapsed, latencies, runs, failed = asyncio.run(
             load(port, sessions, args.messages, think, held)
         )
@@ -296,7 +332,9 @@ def main() -> None:
         postgres_cpu = cpu_of("postgres") - services_before[0]
         redis_cpu = cpu_of("redis-server") - services_before[1]
         driver_cpu = time.process_time() - driver_before
-        idle_connections, idled_in = connections_after_idle()
+        redis_after = redis_counters()
+        idle_connections, idled_in = connections_after_idle()  # (statistics flushed meanwhile)
+        database_after = database_counters()
 
         from assistant.models import AuditEntry, Message
 
@@ -329,6 +367,11 @@ def main() -> None:
             f"({postgres_cpu / elapsed * 100:.0f} % of one core), Redis "
             f"{redis_cpu / turns * 1000:.2f} ms per turn ({redis_cpu / elapsed * 100:.0f} %); "
             f"this load driver {driver_cpu / elapsed * 100:.0f} % (the same cores)"
+        )
+        print(f"  PostgreSQL/turn:    {per_turn(database_after, database_before, turns)}")
+        print(
+            f"  Redis/turn:         {per_turn(redis_after, redis_before, turns)} "
+            "(the whole server: the driver's own polling included)"
         )
         if held:
             print(
