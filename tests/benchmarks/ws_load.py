@@ -132,6 +132,7 @@ async def client(
     latencies: list[float],
     runs: set[str],
     firsts: list[float],
+    sent: list[int],
     think: tuple[float, float] | None = None,
 ) -> int:
     import websockets
@@ -155,6 +156,7 @@ async def client(
                 frame["conversation"] = conversation
             started = time.perf_counter()
             await ws.send(json.dumps(frame))
+            sent.append(1)
             while True:
                 event = json.loads(await asyncio.wait_for(ws.recv(), timeout=60))
                 if event["type"] == "RUN_STARTED":
@@ -176,6 +178,7 @@ async def load(
     messages: int,
     think: tuple[float, float] | None,
     connections: list[int],
+    sent: list[int],
 ) -> tuple[float, list[float], set[str], int]:
     url = f"ws://127.0.0.1:{port}/ws/assistant/"
     latencies: list[float] = []
@@ -184,7 +187,7 @@ async def load(
     watcher = asyncio.ensure_future(watch_connections(connections))
     started = time.perf_counter()
     results = await asyncio.gather(
-        *(client(url, key, messages, latencies, runs, firsts, think) for key in sessions),
+        *(client(url, key, messages, latencies, runs, firsts, sent, think) for key in sessions),
         return_exceptions=True,
     )
     elapsed = time.perf_counter() - started
@@ -268,7 +271,10 @@ def per_turn(after: dict[str, int], before: dict[str, int], turns: int) -> str:
 
 
 def cpu_of(name: str) -> float:
-    """CPU seconds used so far by every process named ``name`` (Linux; exited ones not counted)."""
+    """CPU seconds used so far by every process named ``name`` and its reaped children (Linux).
+
+    PostgreSQL's backends come and go; the postmaster's children times keep what exited ones used.
+    """
     total = 0.0
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -277,7 +283,7 @@ def cpu_of(name: str) -> float:
             continue
         if head.split("(", 1)[-1] == name:
             fields = tail.split()
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            total += sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
     return total
 
 
@@ -321,12 +327,13 @@ def main() -> None:
         server = start_server(args.server, port)
         think = (args.think[0], args.think[1]) if args.think else None
         held: list[int] = []
+        sent_messages: list[int] = []
         cpu_before = cpu_seconds(server.pid)
         services_before = cpu_of("postgres"), cpu_of("redis-server")
         driver_before = time.process_time()
         database_before, redis_before = database_counters(), redis_counters()
         elapsed, latencies, runs, failed = asyncio.run(
-            load(port, sessions, args.messages, think, held)
+            load(port, sessions, args.messages, think, held, sent_messages)
         )
         cpu_used = cpu_seconds(server.pid) - cpu_before
         postgres_cpu = cpu_of("postgres") - services_before[0]
@@ -338,7 +345,7 @@ def main() -> None:
 
         from assistant.models import AuditEntry, Message
 
-        sent = args.clients * args.messages
+        sent = len(sent_messages)  # (a client that failed to connect sent nothing)
         users = Message.objects.filter(role="user").count()
         replies = Message.objects.filter(role="assistant", status="complete").count()
         audits = AuditEntry.objects.filter(decision="executed").count()
@@ -347,7 +354,10 @@ def main() -> None:
             f"[ws_load: {args.clients} clients x {args.messages} messages {pace}, "
             f"one {args.server} process, channels-redis {args.layer} layer]"
         )
-        print(f"  turns finished:     {len(latencies)} of {sent} sent ({failed} clients failed)")
+        print(
+            f"  turns finished:     {len(latencies)} of {sent} sent "
+            f"({args.clients * args.messages} planned, {failed} clients failed)"
+        )
         print(f"  distinct runs:      {len(runs)}")
         print(
             f"  stored:             {users} user messages, {replies} complete replies, {audits} audited calls"
