@@ -251,6 +251,15 @@ SETTINGS: dict[str, Setting] = {
         doc="turns running at once in one server process; more wait for a free slot",
         kind=int,
     ),
+    "LANE_IDLE_CLOSE": Setting(
+        default=10.0,
+        accepts=lambda value: value is None or _number(strict=False)(value),
+        expected="None or a number of seconds (0 or more)",
+        example="10",
+        doc="seconds a turn lane stays idle before it closes its database connection; None: "
+        "never (it keeps it CONN_MAX_AGE seconds)",
+        kind=lambda value: None if value is None else float(value),
+    ),
     # Changes made through the ORM reach every process at once over the channel layer; this
     # bounds the rest (queryset.update(), raw SQL). 0: every turn.
     "ACCESS_MAX_AGE": Setting(

@@ -1,13 +1,15 @@
 """Where turns run: worker lanes, stop requests and news of permission changes.
 
 Per server process and event loop there are ``MAX_CONCURRENT_TURNS`` lanes, each one sync
-thread that keeps its database connection between turns; and one control channel that receives
+thread (started when first needed) that keeps its database connection between turns while it is
+busy and closes it after ``LANE_IDLE_CLOSE`` idle seconds; and one control channel that receives
 stop requests for every turn running here and news of permission changes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import uuid
@@ -18,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import ThreadSensitiveContext, async_to_sync, sync_to_async
 from channels.layers import InMemoryChannelLayer, get_channel_layer
-from django.db import close_old_connections, transaction
+from django.db import close_old_connections, connections, transaction
 from django.db.models.signals import m2m_changed, post_delete, post_save
 
 from .conf import assistant_settings
@@ -205,16 +207,71 @@ def watch_access_changes() -> None:
             )
 
 
+class Lane:
+    """One turn lane: a sync thread of its own, so its database connection is its own too."""
+
+    def __init__(self, index: int) -> None:
+        self.executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"assistant-turn-{index}"
+        )
+        self.idle_since: float | None = None  # None: running a turn, or its connection is closed
+        self.timer: asyncio.TimerHandle | None = None
+
+
+def _close_lane_connections() -> None:
+    """Close this lane thread's database connections (it has been idle a while)."""
+    try:
+        connections.close_all()
+    except Exception:
+        logger.exception("Closing an idle lane's database connection failed")
+
+
 class _LoopState:
-    """What belongs to one event loop: its lanes and its control channel."""
+    """What belongs to one event loop: its lanes and its control channel.
+
+    Free lanes are taken last released first: a steady load keeps reusing the same few lanes
+    (and their connections), so the lanes a burst woke go idle and close theirs. A process then
+    holds about as many connections as it ran turns at once in the last ``LANE_IDLE_CLOSE``
+    seconds, not ``MAX_CONCURRENT_TURNS``.
+    """
 
     def __init__(self, lanes: int) -> None:
-        self.lanes: asyncio.Queue[ThreadPoolExecutor] = asyncio.Queue()
-        for index in range(lanes):
-            self.lanes.put_nowait(
-                ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"assistant-turn-{index}")
-            )
+        self.lanes: asyncio.LifoQueue[Lane] = asyncio.LifoQueue()
+        for index in reversed(range(lanes)):
+            self.lanes.put_nowait(Lane(index))  # lane 0 on top
         self.control = Control()
+
+    async def take(self) -> Lane:
+        lane = await self.lanes.get()
+        lane.idle_since = None
+        return lane
+
+    def release(self, lane: Lane) -> None:
+        """Give a lane back; unless it runs another turn first, its connection closes when idle."""
+        idle = assistant_settings.LANE_IDLE_CLOSE
+        if idle is not None:
+            loop = asyncio.get_running_loop()
+            lane.idle_since = loop.time()
+            if lane.timer is None:  # (a pending one looks again when it fires)
+                lane.timer = loop.call_later(idle, self._close_if_idle, lane)
+        self.lanes.put_nowait(lane)
+
+    def _close_if_idle(self, lane: Lane) -> None:
+        lane.timer = None
+        if lane.idle_since is None:
+            return  # running a turn; released again, it starts a new timer
+        loop = asyncio.get_running_loop()
+        idle = assistant_settings.LANE_IDLE_CLOSE or 0.0
+        left = lane.idle_since + idle - loop.time()
+        if left > 0:  # it ran a turn since the timer was set
+            lane.timer = loop.call_later(left, self._close_if_idle, lane)
+            return
+        lane.idle_since = None
+        # On the lane's own thread, where its connection lives; a turn that takes the lane
+        # meanwhile queues behind this and opens a fresh connection. (RuntimeError: the lane was
+        # shut down with a closed loop's.)
+        with contextlib.suppress(RuntimeError):
+            lane.executor.submit(_close_lane_connections)
 
 
 _states: dict[asyncio.AbstractEventLoop, _LoopState] = {}
@@ -227,7 +284,7 @@ def loop_state() -> _LoopState:
         for old in [old for old in _states if old.is_closed()]:
             stale = _states.pop(old)  # a closed loop's lanes and listener are gone with it
             while not stale.lanes.empty():
-                stale.lanes.get_nowait().shutdown(wait=False)
+                stale.lanes.get_nowait().executor.shutdown(wait=False)
         state = _states[loop] = _LoopState(assistant_settings.MAX_CONCURRENT_TURNS)
     return state
 
@@ -255,10 +312,10 @@ async def lane() -> AsyncIterator[Hygiene]:
 
     The body calls ``begin()`` in its first sync step and, where it can, ``end()`` in its last.
     """
-    lanes = loop_state().lanes
-    executor = await lanes.get()
+    state = loop_state()
+    taken = await state.take()
     try:
-        async with ThreadSensitiveContext(executor=executor):
+        async with ThreadSensitiveContext(executor=taken.executor):
             hygiene = Hygiene()
             try:
                 yield hygiene
@@ -266,7 +323,7 @@ async def lane() -> AsyncIterator[Hygiene]:
                 if not hygiene.ended:
                     await sync_to_async(close_old_connections)()
     finally:
-        lanes.put_nowait(executor)
+        state.release(taken)
 
 
 RUNNING: set[asyncio.Task[Any]] = set()

@@ -97,6 +97,15 @@ DATABASES = {
         conn_health_checks=True,
     )
 }
+if os.environ.get("DATABASE_POOL_MAX_SIZE") and "postgresql" in DATABASES["default"]["ENGINE"]:
+    # Django's own psycopg pool (needs psycopg[pool]), one per process: connections go back to it
+    # when a lane or request closes theirs, so CONN_MAX_AGE must be 0.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1,
+        "max_size": int(os.environ["DATABASE_POOL_MAX_SIZE"]),
+        "max_idle": 60,
+    }
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # The server and the db_worker write the same file: WAL lets readers read while one writes,
     # and a writer that finds the file busy waits (IMMEDIATE: it asks for the lock up front, so

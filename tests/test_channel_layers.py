@@ -254,12 +254,18 @@ def database_url() -> str:
     return f"postgres://{db['USER']}{password}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
 
 
-@pytest.fixture
-def two_servers(tmp_path: Path, redis_channel_layer: dict[str, Any]) -> Iterator[list[str]]:
-    """The test project under two uvicorn processes on the test database, Redis between them.
+@contextlib.contextmanager
+def servers(
+    count: int,
+    tmp_path: Path,
+    redis_channel_layer: dict[str, Any],
+    env: dict[str, str] | None = None,
+) -> Iterator[list[str]]:
+    """The test project under ``count`` uvicorn processes on the test database, Redis between them.
 
     They use the test's Redis channel layer (each kind in turn), prefix included: what this
-    process sends to a group, such as news of a permission change, reaches them.
+    process sends to a group, such as news of a permission change, reaches them. ``env`` adds to
+    their environment. Yields their websocket URLs.
     """
     kind = {backend: name for name, backend in REDIS_CHANNEL_LAYERS.items()}
     env = {
@@ -269,8 +275,9 @@ def two_servers(tmp_path: Path, redis_channel_layer: dict[str, Any]) -> Iterator
         "REDIS_URL": REDIS_URL,
         "ASSISTANT_CHANNEL_LAYER": kind[redis_channel_layer["BACKEND"]],
         "ASSISTANT_CHANNEL_PREFIX": redis_channel_layer["CONFIG"]["prefix"],
+        **(env or {}),
     }
-    ports = [free_port(), free_port()]
+    ports = [free_port() for _ in range(count)]
     processes: list[subprocess.Popen[bytes]] = []
     try:
         for port in ports:
@@ -298,6 +305,13 @@ def two_servers(tmp_path: Path, redis_channel_layer: dict[str, Any]) -> Iterator
                 process.kill()
                 process.wait(timeout=10)
         forget_event_logs()
+
+
+@pytest.fixture
+def two_servers(tmp_path: Path, redis_channel_layer: dict[str, Any]) -> Iterator[list[str]]:
+    """Two server processes of the test project on the test database, Redis between them."""
+    with servers(2, tmp_path, redis_channel_layer) as urls:
+        yield urls
 
 
 def session_cookie(username: str) -> str:

@@ -1,13 +1,19 @@
 """Websocket load: N clients x M messages against the example project on a real ASGI server.
 
-Run: ``.venv/bin/python tests/benchmarks/ws_load.py [--clients 200] [--messages 5]``
+Run: ``.venv/bin/python tests/benchmarks/ws_load.py [--clients 200] [--messages 5] [--think 2 5]``
 It needs PostgreSQL (127.0.0.1:5432) and Redis (127.0.0.1:6379): it creates a scratch database,
 serves config.asgi with daphne (or --server uvicorn) on 127.0.0.1 over channels-redis (the
 pub/sub layer, or --layer core), sends every message as a keyword-planner turn running a safe
-tool (each client sends its next message when the last run finished), and prints throughput,
-the server's CPU time per turn, p50/p95/p99 time to RUN_FINISHED and turns stored versus sent.
-Target (issue #3): 200 x 5 on one server process with no lost or duplicated turn and p95 under
-1 s. The CPU per turn set beside a bare Channels consumer's (the floor) is turn_cost.py's.
+tool, and prints throughput, the server's (and PostgreSQL's and Redis's) CPU time per turn,
+p50/p95/p99 time to RUN_FINISHED, turns stored versus sent, and the PostgreSQL connections the
+server held (most at once during the run, and after its lanes idled).
+
+Without ``--think`` each client sends its next message as soon as the last run finished (closed
+loop: a throughput test). With ``--think MIN MAX`` each client starts at a random moment within
+the first MAX seconds and thinks a uniformly random MIN..MAX seconds after each reply, as people
+chatting do. Target (issue #18): 600 clients thinking 2-5 s on one server process, p95 under 1 s,
+no lost or duplicated turn. The CPU per turn set
+beside a bare Channels consumer's (the floor) is turn_cost.py's.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import socket
 import statistics
 import subprocess
@@ -92,6 +99,9 @@ def prepare(clients: int) -> list[str]:
     return keys
 
 
+APPLICATION_NAME = "assistant-ws-load"  # the server's PostgreSQL sessions (libpq's PGAPPNAME)
+
+
 def start_server(kind: str, port: int) -> subprocess.Popen[bytes]:
     if kind == "uvicorn":
         command = ["-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1"]
@@ -101,7 +111,7 @@ def start_server(kind: str, port: int) -> subprocess.Popen[bytes]:
     process = subprocess.Popen(
         [sys.executable, *command],
         cwd=ROOT,
-        env=server_env(),
+        env={**server_env(), "PGAPPNAME": APPLICATION_NAME},
         stdout=subprocess.DEVNULL,
         stderr=open(os.environ.get("WS_LOAD_SERVER_LOG", os.devnull), "wb"),  # noqa: SIM115
     )
@@ -123,10 +133,14 @@ async def client(
     latencies: list[float],
     runs: set[str],
     firsts: list[float],
+    sent: list[int],
+    think: tuple[float, float] | None = None,
 ) -> int:
     import websockets
 
     finished = 0
+    if think is not None:
+        await asyncio.sleep(random.uniform(0, think[1]))  # people do not all arrive at once
     async with websockets.connect(
         url,
         origin="http://127.0.0.1",
@@ -135,12 +149,15 @@ async def client(
         max_size=None,
     ) as ws:
         conversation = None
-        for _ in range(messages):
+        for index in range(messages):
+            if think is not None and index:
+                await asyncio.sleep(random.uniform(*think))
             frame: dict[str, object] = {"type": "message", "text": "who am i"}
             if conversation:
                 frame["conversation"] = conversation
             started = time.perf_counter()
             await ws.send(json.dumps(frame))
+            sent.append(1)
             while True:
                 event = json.loads(await asyncio.wait_for(ws.recv(), timeout=60))
                 if event["type"] == "RUN_STARTED":
@@ -157,18 +174,25 @@ async def client(
 
 
 async def load(
-    port: int, sessions: list[str], messages: int
+    port: int,
+    sessions: list[str],
+    messages: int,
+    think: tuple[float, float] | None,
+    connections: list[int],
+    sent: list[int],
 ) -> tuple[float, list[float], set[str], int]:
     url = f"ws://127.0.0.1:{port}/ws/assistant/"
     latencies: list[float] = []
     runs: set[str] = set()
     firsts: list[float] = []
+    watcher = asyncio.ensure_future(watch_connections(connections))
     started = time.perf_counter()
     results = await asyncio.gather(
-        *(client(url, key, messages, latencies, runs, firsts) for key in sessions),
+        *(client(url, key, messages, latencies, runs, firsts, sent, think) for key in sessions),
         return_exceptions=True,
     )
     elapsed = time.perf_counter() - started
+    watcher.cancel()
     failures = [r for r in results if isinstance(r, BaseException)]
     for failure in failures[:3]:
         print("  client failed:", repr(failure)[:200])
@@ -178,6 +202,90 @@ async def load(
             f"p95 {percentile(firsts, 0.95) * 1000:.0f} ms"
         )
     return elapsed, latencies, runs, len(failures)
+
+
+def server_connections() -> int:
+    """PostgreSQL sessions the server process holds now (its own, by application name)."""
+    import psycopg
+
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+            [APPLICATION_NAME],
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+async def watch_connections(counts: list[int]) -> None:
+    """Sample the server's connections twice a second while the load runs."""
+    while True:
+        counts.append(await asyncio.to_thread(server_connections))
+        await asyncio.sleep(0.5)
+
+
+def connections_after_idle(within: float = 30.0) -> tuple[int, float]:
+    """Wait until the server's connection count stops falling; it and how long that took."""
+    started = time.monotonic()
+    last = server_connections()
+    while time.monotonic() - started < within:
+        time.sleep(1)
+        now = server_connections()
+        if now == last and now <= 2:
+            break
+        last = now
+    return last, time.monotonic() - started
+
+
+def database_counters() -> dict[str, int]:
+    """The scratch database's transaction, row and WAL counters (PostgreSQL's statistics)."""
+    import psycopg
+
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT xact_commit, tup_inserted, tup_updated, tup_deleted, tup_returned + tup_fetched,"
+            " pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint"
+            " FROM pg_stat_database WHERE datname = %s",
+            [BENCH_DB],
+        ).fetchone()
+    names = ("commits", "inserted", "updated", "deleted", "read", "wal_bytes")
+    return dict(zip(names, row or (0,) * len(names), strict=True))
+
+
+def redis_counters() -> dict[str, int]:
+    """Commands and bytes the Redis server has handled so far (all clients)."""
+    import redis
+
+    client = redis.Redis.from_url(os.environ.get("WS_LOAD_REDIS_URL", REDIS_URL))
+    try:
+        stats = client.info("stats")
+    finally:
+        client.close()
+    return {
+        "commands": int(stats["total_commands_processed"]),
+        "bytes_in": int(stats["total_net_input_bytes"]),
+        "bytes_out": int(stats["total_net_output_bytes"]),
+    }
+
+
+def per_turn(after: dict[str, int], before: dict[str, int], turns: int) -> str:
+    return ", ".join(f"{(after[k] - before[k]) / turns:.1f} {k}" for k in after)
+
+
+def cpu_of(name: str) -> float:
+    """CPU seconds used so far by every process named ``name`` and its reaped children (Linux).
+
+    PostgreSQL's backends come and go; the postmaster's children times keep what exited ones used.
+    """
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            head, _, tail = stat.read_text().rpartition(")")
+        except OSError:
+            continue
+        if head.split("(", 1)[-1] == name:
+            fields = tail.split()
+            total += sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def cpu_seconds(pid: int) -> float:
@@ -198,6 +306,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=200)
     parser.add_argument("--messages", type=int, default=5)
+    parser.add_argument(
+        "--think",
+        nargs=2,
+        type=float,
+        metavar=("MIN", "MAX"),
+        help="seconds each client thinks after a reply (uniform); default: none (closed loop)",
+    )
     parser.add_argument("--server", choices=["daphne", "uvicorn"], default="daphne")
     parser.add_argument(
         "--layer", choices=["pubsub", "core"], default="pubsub", help="the channels-redis layer"
@@ -211,31 +326,70 @@ def main() -> None:
         sessions = prepare(args.clients)
         port = free_port()
         server = start_server(args.server, port)
+        think = (args.think[0], args.think[1]) if args.think else None
+        held: list[int] = []
+        sent_messages: list[int] = []
         cpu_before = cpu_seconds(server.pid)
-        elapsed, latencies, runs, failed = asyncio.run(load(port, sessions, args.messages))
+        services_before = cpu_of("postgres"), cpu_of("redis-server")
+        driver_before = time.process_time()
+        database_before, redis_before = database_counters(), redis_counters()
+        elapsed, latencies, runs, failed = asyncio.run(
+            load(port, sessions, args.messages, think, held, sent_messages)
+        )
         cpu_used = cpu_seconds(server.pid) - cpu_before
+        postgres_cpu = cpu_of("postgres") - services_before[0]
+        redis_cpu = cpu_of("redis-server") - services_before[1]
+        driver_cpu = time.process_time() - driver_before
+        redis_after = redis_counters()
+        idle_connections, idled_in = connections_after_idle()  # (statistics flushed meanwhile)
+        database_after = database_counters()
 
         from assistant.models import AuditEntry, Message
 
-        sent = args.clients * args.messages
+        sent = len(sent_messages)  # (a client that failed to connect sent nothing)
         users = Message.objects.filter(role="user").count()
         replies = Message.objects.filter(role="assistant", status="complete").count()
         audits = AuditEntry.objects.filter(decision="executed").count()
+        pace = f"thinking {think[0]:g}-{think[1]:g} s (open loop)" if think else "back to back"
         print(
-            f"[ws_load: {args.clients} clients x {args.messages} messages, "
+            f"[ws_load: {args.clients} clients x {args.messages} messages {pace}, "
             f"one {args.server} process, channels-redis {args.layer} layer]"
         )
-        print(f"  turns finished:     {len(latencies)} of {sent} sent ({failed} clients failed)")
+        print(
+            f"  turns finished:     {len(latencies)} of {sent} sent "
+            f"({args.clients * args.messages} planned, {failed} clients failed)"
+        )
         print(f"  distinct runs:      {len(runs)}")
         print(
             f"  stored:             {users} user messages, {replies} complete replies, {audits} audited calls"
         )
-        print(f"  lost or duplicated: {sent - replies} lost, {max(0, replies - sent)} duplicated")
+        print(
+            f"  lost or duplicated: {max(0, sent - replies)} lost, "
+            f"{max(0, replies - users) + max(0, len(latencies) - len(runs))} duplicated"
+        )
         print(f"  throughput:         {len(latencies) / elapsed:.1f} turns/s over {elapsed:.1f} s")
         print(
             f"  server CPU:         {cpu_used / max(1, len(latencies)) * 1000:.1f} ms per turn "
             f"({cpu_used / elapsed * 100:.0f} % of one core)"
         )
+        turns = max(1, len(latencies))
+        print(
+            f"  services CPU:       PostgreSQL {postgres_cpu / turns * 1000:.1f} ms per turn "
+            f"({postgres_cpu / elapsed * 100:.0f} % of one core), Redis "
+            f"{redis_cpu / turns * 1000:.2f} ms per turn ({redis_cpu / elapsed * 100:.0f} %); "
+            f"this load driver {driver_cpu / elapsed * 100:.0f} % (the same cores)"
+        )
+        print(f"  PostgreSQL/turn:    {per_turn(database_after, database_before, turns)}")
+        print(
+            f"  Redis/turn:         {per_turn(redis_after, redis_before, turns)} "
+            "(the whole server: the driver's own polling included)"
+        )
+        if held:
+            print(
+                f"  PostgreSQL conns:   at most {max(held)} at once during the run "
+                f"(median sample {statistics.median(held):.0f}), "
+                f"{idle_connections} after {idled_in:.0f} s idle"
+            )
         if latencies:
             print(
                 "  time to RUN_FINISHED: "
