@@ -31,11 +31,10 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import DatabaseError
 from django.http import StreamingHttpResponse
 from pydantic import TypeAdapter, ValidationError
-from rest_framework.authentication import BaseAuthentication
 from rest_framework.request import Request
 
 from . import events
-from .api.views import AssistantAPIView, AssistantTokenAuthentication
+from .api.views import AssistantAPIView
 from .cancellation import CancellationToken
 from .chat import (
     ActionAnswer,
@@ -68,24 +67,12 @@ MAX_ID_LENGTH = 200  # of a thread or run id: they travel in every event
 TEXT = ("TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END")
 
 
-class BearerTokenAuthentication(AssistantTokenAuthentication):
-    """The same DRF token, sent as ``Authorization: Bearer <key>`` (what AG-UI clients send)."""
-
-    keyword = "Bearer"
-
-
 class AgentView(AssistantAPIView):
     """``POST`` a RunAgentInput; the answer is the run's AG-UI events (``text/event-stream``)."""
 
     applies_ceiling = True  # its runs' tool calls go through dispatch, under the ceiling
 
     schema = None  # type: ignore[assignment]  # a stream, not a REST resource
-
-    def get_authenticators(self) -> list[BaseAuthentication]:
-        authenticators = super().get_authenticators()
-        if any(isinstance(each, AssistantTokenAuthentication) for each in authenticators):
-            authenticators.insert(1, BearerTokenAuthentication())
-        return authenticators
 
     def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
         # Clients ask for text/event-stream; a refusal before the stream is JSON all the same.
