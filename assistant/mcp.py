@@ -120,13 +120,14 @@ def title_of(tool: AssistantTool) -> str:
 def mcp_tool(tool: AssistantTool) -> types.Tool:
     """One tool as MCP lists it: the LLM catalog's schema, annotations from the declaration."""
     read_only = tool.risk_level is RiskLevel.SAFE
+    title = title_of(tool)
     return types.Tool(
         name=tool.operation,
-        title=title_of(tool),
+        title=title,
         description=tool.description,
         input_schema=tool.parameters,
         annotations=types.ToolAnnotations(
-            title=title_of(tool),
+            title=title,
             read_only_hint=read_only,
             destructive_hint=None if read_only else tool.risk_level is RiskLevel.DANGEROUS,
             idempotent_hint=tool.idempotent,
@@ -380,12 +381,20 @@ async def resumed(
     context: CallContext,
     params: types.CallToolRequestParams,
 ) -> types.CallToolResult | types.InputRequiredResult:
-    """A 2026-07-28 retry carrying our ``requestState`` (and, maybe, the human's answer)."""
+    """A 2026-07-28 retry carrying our ``requestState`` (and, maybe, the human's answer).
+
+    The retry must be the call that opened the action (its request key): a state replayed with
+    other arguments would answer, or approve, an action that is not the one being called.
+    """
     action_id = unseal(params.request_state or "", caller)
+    arguments = params.arguments if params.arguments is not None else {}
     action = (
         await sync_to_async(
             PendingAction.objects.filter(
-                pk=action_id, user=caller.user, operation=params.name
+                pk=action_id,
+                user=caller.user,
+                operation=params.name,
+                request_key=request_key(caller, params.name, arguments),
             ).first
         )()
         if action_id is not None

@@ -525,3 +525,29 @@ async def test_progress_arrives_while_a_real_worker_runs_the_job(
     assert result.content[0].text == "waited"
     assert (10.0, "waiting") in progress  # reported by the worker while the call was open
     assert result.structured_content["status"] == "succeeded"
+
+
+async def test_a_request_state_replayed_with_other_arguments_approves_nothing(
+    asgi_live_server: str, clerk: Any
+) -> None:
+    first = await sync_to_async(Order.objects.create)(reference="ORD-10", owner=clerk)
+    other = await sync_to_async(Order.objects.create)(reference="ORD-11", owner=clerk)
+    approved = {"approval": types.ElicitResult(action="accept", content={"approved": True})}
+    async with mcp_client(
+        asgi_live_server, await issue(clerk), "2026-07-28", elicitation_callback=approve_form()
+    ) as client:
+        asked = await client.session.call_tool(
+            "approve_order", {"order_id": first.pk}, allow_input_required=True
+        )
+        assert isinstance(asked, types.InputRequiredResult)
+        replayed = await client.session.call_tool(
+            "approve_order",
+            {"order_id": other.pk},
+            input_responses=approved,
+            request_state=asked.request_state,
+        )
+    assert replayed.is_error
+    assert replayed.structured_content["code"] == "invalid_request_state"
+    assert [o.approvals for o in await sync_to_async(list)(Order.objects.order_by("pk"))] == [0, 0]
+    action = await sync_to_async(PendingAction.objects.get)()
+    assert action.status == "pending"
