@@ -103,14 +103,7 @@ async def turns(user: Any, count: int, repeat: int) -> None:
         publishes = after_redis.get("publish", 0) - before_redis.get("publish", 0)
         assert result.assistant_message.status == "complete"
     queries = await count_queries(user, conversation, session)
-    from channels.layers import get_channel_layer
-
-    from assistant.broadcast import _published_by_log, group_name
-    from assistant.eventlog import event_log
-
-    # (Redis counts a PUBLISH the log's script makes, though it rides in the script's round trip)
-    fused = bool(_published_by_log(event_log(), get_channel_layer(), group_name(conversation)))
-    trips = bursts if fused else bursts + publishes
+    trips = bursts + publishes  # the event log's script, then the layer's PUBLISH
     await session.stop()
     print(f"[turn_bench: {count} turns x {repeat}, in process, PostgreSQL + Redis]")
     print(
@@ -120,8 +113,7 @@ async def turns(user: Any, count: int, repeat: int) -> None:
     print(f"  queries per turn:    {queries}")
     print(
         f"  Redis round trips:   {trips / count:.1f} per turn "
-        f"({bursts / count:.1f} event-log bursts, {publishes / count:.1f} publishes"
-        f"{', made by the log script' if fused else ''})"
+        f"({bursts / count:.1f} event-log bursts, {publishes / count:.1f} publishes)"
     )
     print(f"  frames per turn:     {len(result.frames)}")
 

@@ -123,7 +123,11 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--messages", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--only", choices=list(SIDES), help="run one side (to profile the server under it)"
+    )
     args = parser.parse_args()
+    sides = [args.only] if args.only else list(SIDES)
     ws_load.os.environ["ASSISTANT_CHANNEL_LAYER"] = "pubsub"
 
     ws_load.recreate_database()
@@ -132,7 +136,7 @@ def main() -> None:
         sessions = ws_load.prepare(args.clients)
         port = ws_load.free_port()
         server = start_server(port)
-        figures: dict[str, list[float]] = {name: [] for name in SIDES}
+        figures: dict[str, list[float]] = {name: [] for name in sides}
         db: dict[str, dict[str, float]] = {}
         sent = args.clients * args.messages
         print(
@@ -140,7 +144,7 @@ def main() -> None:
             "rounds, one daphne process, PostgreSQL + channels-redis pub/sub]"
         )
         for index in range(args.rounds + 1):  # round 0 warms both sides up
-            order = list(SIDES) if index % 2 else list(reversed(SIDES))
+            order = sides if index % 2 else sides[::-1]
             for name in order:
                 url = f"ws://127.0.0.1:{port}{SIDES[name]}"
                 cpu, turns, db[name] = asyncio.run(
@@ -150,13 +154,15 @@ def main() -> None:
                     figures[name].append(cpu)
                     print(f"  round {index} {name:<9} {cpu * 1000:6.2f} ms per turn", end="")
                     print(f"  ({turns} of {sent} turns)")
-        floor, ours = figures["floor"], figures["assistant"]
         for name, values in figures.items():
             print(
                 f"  {name:<9} CPU per turn: min {min(values) * 1000:.2f} ms, "
                 f"median {statistics.median(values) * 1000:.2f} ms; "
                 f"{db[name]['queries']:.2f} queries, {db[name]['commits']:.2f} transactions"
             )
+        if args.only:
+            return
+        floor, ours = figures["floor"], figures["assistant"]
         print(
             f"  ratio (assistant / floor): median {statistics.median(ours) / statistics.median(floor):.2f}x, "
             f"min {min(ours) / min(floor):.2f}x   target <= 1.5x"

@@ -102,12 +102,14 @@ def prepare(clients: int) -> list[str]:
 APPLICATION_NAME = "assistant-ws-load"  # the server's PostgreSQL sessions (libpq's PGAPPNAME)
 
 
-def start_server(kind: str, port: int) -> subprocess.Popen[bytes]:
+def start_server(
+    kind: str, port: int, app: str = "config.asgi:application"
+) -> subprocess.Popen[bytes]:
     if kind == "uvicorn":
-        command = ["-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1"]
+        command = ["-m", "uvicorn", app, "--host", "127.0.0.1"]
         command += ["--port", str(port), "--log-level", "warning", "--lifespan", "off"]
     else:
-        command = ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"]
+        command = ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port), app]
     process = subprocess.Popen(
         [sys.executable, *command],
         cwd=ROOT,
@@ -135,12 +137,15 @@ async def client(
     firsts: list[float],
     sent: list[int],
     think: tuple[float, float] | None = None,
+    ramp: float = 0.0,
+    steady: list[float] | None = None,
+    began: float = 0.0,
 ) -> int:
     import websockets
 
     finished = 0
     if think is not None:
-        await asyncio.sleep(random.uniform(0, think[1]))  # people do not all arrive at once
+        await asyncio.sleep(random.uniform(0, ramp))  # people do not all arrive at once
     async with websockets.connect(
         url,
         origin="http://127.0.0.1",
@@ -164,6 +169,8 @@ async def client(
                     firsts.append(time.perf_counter() - started)
                 if event["type"] == "RUN_FINISHED":
                     latencies.append(time.perf_counter() - started)
+                    if steady is not None and started - began > ramp:
+                        steady.append(latencies[-1])
                     conversation = event["threadId"]
                     runs.add(event["runId"])
                     finished += 1
@@ -180,15 +187,21 @@ async def load(
     think: tuple[float, float] | None,
     connections: list[int],
     sent: list[int],
+    path: str = "/ws/assistant/",
+    ramp: float = 0.0,
+    steady: list[float] | None = None,
 ) -> tuple[float, list[float], set[str], int]:
-    url = f"ws://127.0.0.1:{port}/ws/assistant/"
+    url = f"ws://127.0.0.1:{port}{path}"
     latencies: list[float] = []
     runs: set[str] = set()
     firsts: list[float] = []
     watcher = asyncio.ensure_future(watch_connections(connections))
     started = time.perf_counter()
     results = await asyncio.gather(
-        *(client(url, key, messages, latencies, runs, firsts, sent, think) for key in sessions),
+        *(
+            client(url, key, messages, latencies, runs, firsts, sent, think, ramp, steady, started)
+            for key in sessions
+        ),
         return_exceptions=True,
     )
     elapsed = time.perf_counter() - started
@@ -313,6 +326,19 @@ def main() -> None:
         metavar=("MIN", "MAX"),
         help="seconds each client thinks after a reply (uniform); default: none (closed loop)",
     )
+    parser.add_argument(
+        "--ramp",
+        type=float,
+        help="seconds over which the clients arrive (open loop; default: the think time's MAX); "
+        "turns sent after it are reported apart, as the steady state",
+    )
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="load the bare Channels consumer of tests/benchmarks/floor.py instead: the same "
+        "rows and frames without any of the assistant's machinery, for the ceiling one process "
+        "of this machine reaches",
+    )
     parser.add_argument("--server", choices=["daphne", "uvicorn"], default="daphne")
     parser.add_argument(
         "--layer", choices=["pubsub", "core"], default="pubsub", help="the channels-redis layer"
@@ -325,8 +351,12 @@ def main() -> None:
     try:
         sessions = prepare(args.clients)
         port = free_port()
-        server = start_server(args.server, port)
+        app = "tests.benchmarks.floor_asgi:application" if args.floor else "config.asgi:application"
+        server = start_server(args.server, port, app)
         think = (args.think[0], args.think[1]) if args.think else None
+        ramp = args.ramp if args.ramp is not None else (think[1] if think else 0.0)
+        steady: list[float] = []
+        path = "/ws/floor/" if args.floor else "/ws/assistant/"
         held: list[int] = []
         sent_messages: list[int] = []
         cpu_before = cpu_seconds(server.pid)
@@ -334,7 +364,7 @@ def main() -> None:
         driver_before = time.process_time()
         database_before, redis_before = database_counters(), redis_counters()
         elapsed, latencies, runs, failed = asyncio.run(
-            load(port, sessions, args.messages, think, held, sent_messages)
+            load(port, sessions, args.messages, think, held, sent_messages, path, ramp, steady)
         )
         cpu_used = cpu_seconds(server.pid) - cpu_before
         postgres_cpu = cpu_of("postgres") - services_before[0]
@@ -350,10 +380,15 @@ def main() -> None:
         users = Message.objects.filter(role="user").count()
         replies = Message.objects.filter(role="assistant", status="complete").count()
         audits = AuditEntry.objects.filter(decision="executed").count()
-        pace = f"thinking {think[0]:g}-{think[1]:g} s (open loop)" if think else "back to back"
+        pace = (
+            f"thinking {think[0]:g}-{think[1]:g} s, arriving over {ramp:g} s (open loop)"
+            if think
+            else "back to back"
+        )
+        what = "the bare Channels floor" if args.floor else f"channels-redis {args.layer} layer"
         print(
             f"[ws_load: {args.clients} clients x {args.messages} messages {pace}, "
-            f"one {args.server} process, channels-redis {args.layer} layer]"
+            f"one {args.server} process, {what}]"
         )
         print(
             f"  turns finished:     {len(latencies)} of {sent} sent "
@@ -397,6 +432,13 @@ def main() -> None:
                 f"p95 {percentile(latencies, 0.95) * 1000:.0f} ms, "
                 f"p99 {percentile(latencies, 0.99) * 1000:.0f} ms, "
                 f"mean {statistics.mean(latencies) * 1000:.0f} ms   target p95 < 1000 ms"
+            )
+        if think and steady:
+            print(
+                f"  after the arrivals: p50 {percentile(steady, 0.50) * 1000:.0f} ms, "
+                f"p95 {percentile(steady, 0.95) * 1000:.0f} ms, "
+                f"p99 {percentile(steady, 0.99) * 1000:.0f} ms ({len(steady)} turns sent "
+                f"after the first {ramp:g} s)"
             )
     finally:
         if server is not None:
