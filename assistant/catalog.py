@@ -13,7 +13,7 @@ from typing import Any, Literal
 from .approvals import policy_for
 from .dispatch import failed_toolsets
 from .lifecycle import ToolSession, process_session
-from .permissions import access_for, denials, required_permissions
+from .permissions import access_for, required_permissions
 from .registry import AssistantTool, ToolRegistry, registry
 from .tokens import Ceiling
 
@@ -28,13 +28,10 @@ def visible_tools(
     """The tools this user may call (in this tool session, or the process's; under a token's
     ceiling), in order."""
     failed = failed_toolsets(session)
-    access = access_for(user)
     return [
         tool
-        for tool in site
-        if not (failed and tool.toolset in failed)
-        and not denials(access, tool)
-        and (ceiling is None or ceiling.allows(tool))
+        for tool in access_for(user).allowed(site)
+        if not (failed and tool.toolset in failed) and (ceiling is None or ceiling.allows(tool))
     ]
 
 

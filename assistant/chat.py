@@ -486,6 +486,9 @@ class Run:
     listener: Listener | None = None
     ceiling: Ceiling | None = None  # a bearer token's: the turn's calls and catalog stay under it
     client: str = ""  # the audit's client column (a token's name)
+    # A check of the transport's (its rate limit), run with the user first in the turn's first
+    # sync step, before anything is stored: it raises an AssistantError to refuse the turn.
+    admit: Callable[[Any], None] | None = None
 
 
 def launch(
@@ -540,6 +543,7 @@ async def _in_lane(
                     session=session,
                     cancel=cancel,
                     run_id=run.run_id,
+                    admit=run.admit,
                 )
             except Exception as exc:
                 launched._stored.set_exception(_refusal(exc, request))
@@ -580,8 +584,11 @@ def _begin(
     session: ToolSession | None,
     cancel: CancellationToken,
     run_id: str | None = None,
+    admit: Callable[[Any], None] | None = None,
 ) -> Turn:
     hygiene.begin()
+    if admit is not None:
+        admit(user)
     if isinstance(request, ActionAnswer):
         return decision_turn(
             user,

@@ -20,7 +20,15 @@ from django.utils.functional import LazyObject, empty
 
 from . import events
 from .broadcast import group_name
-from .chat import ActionAnswer, Launch, NewMessage, check_message, conversation_for, launch
+from .chat import (
+    ActionAnswer,
+    Launch,
+    NewMessage,
+    Run,
+    check_message,
+    conversation_for,
+    launch,
+)
 from .conf import assistant_settings
 from .eventlog import event_log
 from .exceptions import (
@@ -48,7 +56,6 @@ LAYER_UNAVAILABLE = 1013  # "try again later": the channel layer (Redis) cannot 
 TOO_SLOW = 4008  # the client left more than SOCKET_MAX_PENDING_BYTES unread
 SERVER_ERROR = 1011  # the server cannot serve chats (e.g. no channel layer); said before closing
 NORMAL_CLOSE = (1000, 1001)  # anything else is an abnormal drop: toolsets are cancelled
-TURN_FRAMES = ("message", "confirm", "reject")  # each starts a turn: throttled like REST
 MAX_SEQ = 2**63 - 1
 # daphne refuses to send a frame over 1 MiB (its --websocket_max_message_size): a snapshot
 # carries no more than half that of message text and tool calls, as JSON encodes them
@@ -187,8 +194,6 @@ class AssistantConsumer(AsyncWebsocketConsumer):
             handler = getattr(self, f"on_{content['type']}", None)
             if handler is None:
                 raise UnknownFrameType(f"Unknown frame type {content['type']!r}.")
-            if content["type"] in TURN_FRAMES:
-                await self.throttle()
             if content["type"] != "message":
                 await aclose_old_connections()
                 refresh_access(self.user)  # e.g. cancel_job checks permissions here
@@ -196,8 +201,6 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         except FrameError as exc:
             logger.info("Refused a websocket frame (%s): %s", exc.code, exc.message)
             await self.send_error(exc.code, exc.message)
-        except Throttled as exc:
-            await self.send_error(exc.code, exc.message, retry_after=exc.retry_after)
         except AssistantError as exc:
             await self.send_error(exc.code, exc.message)
         except Exception:
@@ -292,14 +295,6 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         )
         await self.send_frame(frame)
 
-    async def throttle(self) -> None:
-        """Refuse a turn past ``ASSISTANT["THROTTLE_RATE"]``: the REST API's budget, per user."""
-        if assistant_settings.THROTTLE_RATE is None:
-            return
-        refusal = await sync_to_async(throttled)(self.user)
-        if refusal is not None:
-            raise refusal
-
     async def refuse_without_layer(self) -> None:
         logger.error("The chat websocket needs CHANNEL_LAYERS; none is configured: socket closed")
         await self.send_error(
@@ -361,9 +356,19 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         )
 
     def start(self, request: NewMessage | ActionAnswer) -> None:
-        """Launch the turn; this socket joins its conversation before the run sends anything."""
+        """Launch the turn; this socket joins its conversation before the run sends anything.
+
+        Every turn a frame starts (message, confirm, reject) is throttled like REST requests,
+        inside the turn's first hop: a refused one stores nothing.
+        """
+        run = Run(admit=_throttle) if assistant_settings.THROTTLE_RATE is not None else None
         launched = launch(
-            self.user, request, source="websocket", request_ip=self.client_ip(), session=self.tools
+            self.user,
+            request,
+            source="websocket",
+            request_ip=self.client_ip(),
+            session=self.tools,
+            run=run,
         )
         keep(asyncio.ensure_future(self.join(launched)))
 
@@ -375,6 +380,8 @@ class AssistantConsumer(AsyncWebsocketConsumer):
                     await self.watch(conversation)
                 except Exception:  # (the client was told: not_subscribed)
                     logger.exception("Joining a turn's conversation failed; the turn goes on")
+        except Throttled as refused:
+            await self.send_error(refused.code, refused.message, retry_after=refused.retry_after)
         except AssistantError as refused:
             await self.send_error(refused.code, refused.message)
 
@@ -521,6 +528,13 @@ def _buffered(transport: Any) -> int:
         - int(getattr(transport, "offset", 0))
         + int(getattr(transport, "_tempDataLen", 0))
     )
+
+
+def _throttle(user: Any) -> None:
+    """Refuse a turn past ``ASSISTANT["THROTTLE_RATE"]``: the REST API's budget, per user."""
+    refusal = throttled(user)
+    if refusal is not None:
+        raise refusal
 
 
 def _cancel_job(user: Any, job_id: Any) -> None:

@@ -50,10 +50,15 @@ MISSING = "missing permission "  # a denial's reason: this prefix, then the perm
 _required: weakref.WeakKeyDictionary[AssistantTool, tuple[str, ...]] = weakref.WeakKeyDictionary()
 
 
+_settings_epoch = 0  # bumped when ASSISTANT changes: what was derived from it is stale
+
+
 @receiver(setting_changed)
 def _forget_on_change(*, setting: str, **kwargs: Any) -> None:
+    global _settings_epoch
     if setting == "ASSISTANT":
         _required.clear()
+        _settings_epoch += 1
 
 
 def permission_for(check: PermissionCheck) -> str:
@@ -94,12 +99,25 @@ class UserAccess:
     superuser: bool
     perms: frozenset[str]
     _object_perms: frozenset[str] | None = field(default=None)
+    _allowed: dict[tuple[Any, ...], tuple[AssistantTool, ...]] = field(default_factory=dict)
 
     def object_perms(self) -> frozenset[str]:
         """Permissions the user holds on at least one object (through django-guardian)."""
         if self._object_perms is None:
             self._object_perms = _load_object_perms(self.user)
         return self._object_perms
+
+    def allowed(self, site: ToolRegistry) -> tuple[AssistantTool, ...]:
+        """The site's tools ``denials`` lets this user use (without an instance), in order.
+
+        Worked out once per snapshot: a snapshot is replaced when permissions change, and the
+        answer is kept apart per registry version and per ``ASSISTANT`` setting.
+        """
+        key = (site, site.version, _settings_epoch)
+        tools = self._allowed.get(key)
+        if tools is None:
+            tools = self._allowed[key] = tuple(tool for tool in site if not denials(self, tool))
+        return tools
 
 
 def _load_object_perms(user: Any) -> frozenset[str]:

@@ -306,6 +306,7 @@ class ToolRegistry:
         self.toolsets: dict[str, type] = {}  # Toolset classes by name (@register_toolset)
         self._frozen = False
         self._derived: dict[str, Any] = {}
+        self.version = 0  # counts changes to the tools: what is derived from them keys on it
 
     @property
     def _registry(self) -> dict[str, AssistantTool]:
@@ -316,6 +317,7 @@ class ToolRegistry:
     def _registry(self, tools: dict[str, AssistantTool]) -> None:
         self._tools = tools
         self._derived.clear()
+        self.version += 1
 
     def __repr__(self) -> str:
         return f"<ToolRegistry {self.name!r}: {len(self._tools)} tools>"
@@ -355,6 +357,7 @@ class ToolRegistry:
                 )
         self._tools[tool.operation] = tool
         self._derived.clear()
+        self.version += 1
         return tool
 
     def unregister(self, operation: str) -> None:
@@ -363,6 +366,7 @@ class ToolRegistry:
         self.get(operation)
         del self._tools[operation]
         self._derived.clear()
+        self.version += 1
 
     def find(self, operation: Any) -> AssistantTool | None:
         """The tool registered for ``operation``, or None."""
