@@ -10,7 +10,7 @@ from django.contrib.auth.models import AnonymousUser
 from django.test import override_settings
 
 from assistant import AssistantTool, ToolCall, ToolResult, assistant_tool
-from assistant.catalog import get_catalog
+from assistant.catalog import get_catalog, visible_tools
 from assistant.exceptions import (
     AlreadyRegistered,
     RegistryFrozen,
@@ -682,6 +682,36 @@ def test_anonymous_and_inactive_users_get_an_empty_catalog(site, make_user):
     assert get_catalog(AnonymousUser(), site=site) == []
     assert get_catalog(inactive, site=site) == []
     assert get_catalog(inactive, style="anthropic", site=site) == []
+
+
+@pytest.mark.django_db
+def test_a_users_catalog_follows_tools_registered_and_removed_after_it_was_read(site, reader):
+    declare(site, operation="ping")
+    assert [tool.operation for tool in visible_tools(reader, site=site)] == ["ping"]
+
+    declare(site, operation="pong")
+    declare(site, operation="orders_only", public=False, permission_checks=[("orders", "VIEW")])
+    assert [tool.operation for tool in visible_tools(reader, site=site)] == [
+        "ping",
+        "pong",
+        "orders_only",
+    ]
+
+    site.unregister("ping")
+    assert [tool.operation for tool in visible_tools(reader, site=site)] == [
+        "pong",
+        "orders_only",
+    ]
+
+
+@pytest.mark.django_db
+def test_a_users_catalog_follows_a_change_of_what_a_resource_stands_for(site, reader, settings):
+    declare(site, operation="orders_only", public=False, permission_checks=[("orders", "VIEW")])
+    assert [tool.operation for tool in visible_tools(reader, site=site)] == ["orders_only"]
+
+    # the same user object (its access snapshot kept): "orders" now names another model
+    settings.ASSISTANT = {**settings.ASSISTANT, "RESOURCES": {"orders": "auth.Group"}}
+    assert visible_tools(reader, site=site) == []
 
 
 # --- sync and async handlers -----------------------------------------------------------------
