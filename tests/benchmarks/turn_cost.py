@@ -11,9 +11,12 @@ runs both sides, in alternating order: N clients connect, then each sends M "who
 every round, min and median per side, the queries and transactions per turn (the last round's,
 counted in the server process; connects excluded, the first message of a socket opens its
 conversation) and the ratio (issue #18: ours at most 1.5 times the floor).
+``--only floor|assistant`` runs one side alone (to attach a profiler to the server).
 Measured 2026-12-01 (50 x 10, 3 rounds, a loaded 2-core box): floor 4.1-4.6 ms; ours 10.3 ms
 (2.4-2.5x) before the issue's levers, 8.1-8.9 ms (1.8-1.9x) after; 5.6 queries per turn on both
-sides, transactions 2.0 per turn before, 0.1 after (BENCH-NOTES.md).
+sides, transactions 2.0 per turn before, 0.1 after. Later (5 rounds, a quiet but noisier box,
+the throttle in the first hop and the allowed tools kept per snapshot): 1.84x by the medians,
+1.46x by the minimums (README, "What a turn costs").
 """
 
 from __future__ import annotations

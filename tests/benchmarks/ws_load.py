@@ -12,8 +12,11 @@ Without ``--think`` each client sends its next message as soon as the last run f
 loop: a throughput test). With ``--think MIN MAX`` each client starts at a random moment within
 the first MAX seconds and thinks a uniformly random MIN..MAX seconds after each reply, as people
 chatting do. Target (issue #18): 600 clients thinking 2-5 s on one server process, p95 under 1 s,
-no lost or duplicated turn. The CPU per turn set
-beside a bare Channels consumer's (the floor) is turn_cost.py's.
+no lost or duplicated turn. ``--floor`` puts the bare Channels consumer of floor.py under the
+same load: on the 2-core development box it reaches p95 57 ms at 300 clients and 1.4 s at 450,
+so 600 is beyond one process of that machine whatever runs in it (README). ``--switch-interval``
+made no difference beyond the noise there. The CPU per turn set beside the floor's, closed loop,
+is turn_cost.py's.
 """
 
 from __future__ import annotations
@@ -103,13 +106,19 @@ APPLICATION_NAME = "assistant-ws-load"  # the server's PostgreSQL sessions (libp
 
 
 def start_server(
-    kind: str, port: int, app: str = "config.asgi:application"
+    kind: str, port: int, app: str = "config.asgi:application", switch: float | None = None
 ) -> subprocess.Popen[bytes]:
     if kind == "uvicorn":
         command = ["-m", "uvicorn", app, "--host", "127.0.0.1"]
         command += ["--port", str(port), "--log-level", "warning", "--lifespan", "off"]
     else:
         command = ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port), app]
+    if switch is not None:  # the server's sys.setswitchinterval, then the server as -m runs it
+        module, arguments = command[1], command[2:]
+        run = f"import runpy, sys; sys.setswitchinterval({switch}); "
+        run += f"sys.argv = [{module!r}, *{arguments!r}]; "
+        run += f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
+        command = ["-c", run]
     process = subprocess.Popen(
         [sys.executable, *command],
         cwd=ROOT,
@@ -339,6 +348,12 @@ def main() -> None:
         "rows and frames without any of the assistant's machinery, for the ceiling one process "
         "of this machine reaches",
     )
+    parser.add_argument(
+        "--switch-interval",
+        type=float,
+        help="the server process's sys.setswitchinterval (seconds; Python's default 0.005): how "
+        "long its event loop may wait for the GIL a turn's lane thread holds",
+    )
     parser.add_argument("--server", choices=["daphne", "uvicorn"], default="daphne")
     parser.add_argument(
         "--layer", choices=["pubsub", "core"], default="pubsub", help="the channels-redis layer"
@@ -352,7 +367,7 @@ def main() -> None:
         sessions = prepare(args.clients)
         port = free_port()
         app = "tests.benchmarks.floor_asgi:application" if args.floor else "config.asgi:application"
-        server = start_server(args.server, port, app)
+        server = start_server(args.server, port, app, args.switch_interval)
         think = (args.think[0], args.think[1]) if args.think else None
         ramp = args.ramp if args.ramp is not None else (think[1] if think else 0.0)
         steady: list[float] = []
@@ -386,6 +401,8 @@ def main() -> None:
             else "back to back"
         )
         what = "the bare Channels floor" if args.floor else f"channels-redis {args.layer} layer"
+        if args.switch_interval is not None:
+            what += f", switch interval {args.switch_interval:g} s"
         print(
             f"[ws_load: {args.clients} clients x {args.messages} messages {pace}, "
             f"one {args.server} process, {what}]"
