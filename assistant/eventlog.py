@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -15,6 +16,23 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from .conf import assistant_settings
+
+
+def first_seq() -> int:
+    """Where a conversation's numbering starts when its log has no counter: now, in microseconds.
+
+    A counter goes when its log expires (``EVENT_LOG_TTL`` after the last event), Redis loses it
+    or the process restarts; numbers that started again at 1 would fall below what open tabs
+    last saw, and they drop frames numbered at or below that as already shown. Starting from the
+    clock keeps every new number above the old ones (well below 2**53: exact in JavaScript).
+    """
+    return time.time_ns() // 1000
+
+
+def is_gap(after: int, oldest: int, last: int) -> bool:
+    """Whether a client that saw up to ``after`` missed frames the log no longer has: some were
+    trimmed, or the numbering started again (after a number this log never reached)."""
+    return after > last or (after < last and oldest > after + 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +73,10 @@ class MemoryEventLog:
         self, thread_id: str, frames: list[dict[str, Any]], bodies: list[str] | None = None
     ) -> int:
         with self._lock:
-            counter, kept = self._logs.setdefault(thread_id, ([0], deque(maxlen=self.keep)))
+            log = self._logs.get(thread_id)
+            if log is None:
+                log = self._logs[thread_id] = ([first_seq()], deque(maxlen=self.keep))
+            counter, kept = log
             for frame in frames:
                 counter[0] += 1
                 frame["seq"] = counter[0]
@@ -68,7 +89,7 @@ class MemoryEventLog:
             kept = [frame for frame in frames if frame["seq"] > after]
             oldest = frames[0]["seq"] if frames else counter[0] + 1
         last = counter[0]
-        return Replay(kept, after < last and oldest > after + 1, last)
+        return Replay(kept, is_gap(after, oldest, last), last)
 
     async def redact(self, thread_id: str, scrub: Callable[[str], str]) -> int:
         changed = 0
@@ -106,7 +127,8 @@ class RedisEventLog:
 
     @staticmethod
     def _keys(thread_id: str) -> tuple[str, str]:
-        return f"assistant:events:{thread_id}:seq", f"assistant:events:{thread_id}:frames"
+        # One hash tag for both: a Redis Cluster keeps them in one slot, as the script needs.
+        return f"assistant:events:{{{thread_id}}}:seq", f"assistant:events:{{{thread_id}}}:frames"
 
     async def append_many(
         self, thread_id: str, frames: list[dict[str, Any]], bodies: list[str] | None = None
@@ -121,7 +143,7 @@ class RedisEventLog:
         last = int(
             await self._append(
                 keys=self._keys(thread_id),
-                args=[self.keep, self.ttl, len(frames), payload],
+                args=[self.keep, self.ttl, len(frames), payload, first_seq() - 1],
                 client=client,
             )
         )
@@ -140,7 +162,7 @@ class RedisEventLog:
         last = int(last or 0)
         oldest_seq = int(oldest[0][1]) if oldest else last + 1
         frames = [_stored_frame(member, seq) for member, seq in raw]
-        return Replay(frames, after < last and oldest_seq > after + 1, last)
+        return Replay(frames, is_gap(after, oldest_seq, last), last)
 
     async def redact(self, thread_id: str, scrub: Callable[[str], str]) -> int:
         client = self._client()
@@ -163,14 +185,16 @@ class RedisEventLog:
 
 
 # Number a batch, keep it and trim the log in one round trip. A member is "<seq> <json>": the
-# number makes equal frames distinct members and is the frame's "seq" when it is read back.
+# number makes equal frames distinct members and is the frame's "seq" when it is read back. A
+# counter that is gone starts again from ARGV[5] (first_seq, less one).
 APPEND_SCRIPT = """
 local count = tonumber(ARGV[3])
+redis.call('SET', KEYS[1], ARGV[5], 'NX')
 local last = redis.call('INCRBY', KEYS[1], count)
 local seq = last - count
 for frame in string.gmatch(ARGV[4], '[^\\n]+') do
     seq = seq + 1
-    redis.call('ZADD', KEYS[2], seq, seq .. ' ' .. frame)
+    redis.call('ZADD', KEYS[2], seq, string.format('%d', seq) .. ' ' .. frame)
 end
 redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -tonumber(ARGV[1]) - 1)
 redis.call('EXPIRE', KEYS[2], ARGV[2])

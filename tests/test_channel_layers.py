@@ -84,7 +84,8 @@ async def test_a_message_streams_the_same_run_over_the_redis_channel_layer(
     second = await receive_run(socket)
 
     assert kinds(first) == kinds(second) == PING_RUN
-    assert seqs(first + second) == list(range(1, len(first + second) + 1))
+    start = first[0]["seq"]
+    assert seqs(first + second) == list(range(start, start + len(first + second)))
     assert {frame["threadId"] for frame in first + second} == {first[0]["threadId"]}
     assert len({frame["runId"] for frame in first + second}) == 2
     messages = await sync_to_async(stored)(first[0]["threadId"])
@@ -187,6 +188,60 @@ async def test_a_fresh_load_from_the_redis_event_log_gets_the_snapshot_and_the_l
     marker = await receive(second)  # the finished run is in the snapshot, not replayed
     assert kind(marker) == "CUSTOM assistant.resumed"
     assert marker["value"] == {"last": finished[-1]["seq"]}
+
+
+def lose_event_logs(settings: Any, log: str) -> None:
+    """The logs' counters are gone: they expired (EVENT_LOG_TTL), Redis lost them, or this is a
+    new server process."""
+    if log == "redis":
+        forget_event_logs()
+    else:
+        restart_event_log(settings)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("log", ["memory", "redis"])
+async def test_a_log_that_lost_its_counter_numbers_above_what_an_open_tab_last_saw(
+    request, settings, open_socket, plain_user, log
+):
+    if log == "redis":
+        request.getfixturevalue("redis_event_log")
+    socket = await open_socket(plain_user)
+    await send(socket, type="message", text="ping")
+    first = await receive_run(socket)
+    await sync_to_async(lose_event_logs)(settings, log)
+
+    await send(socket, type="message", text="ping", conversation=first[0]["threadId"])
+    second = await receive_run(socket)
+
+    # a tab drops every frame numbered at or below the last it saw, as already shown
+    assert kinds(second) == PING_RUN
+    assert min(seqs(second)) > max(seqs(first))
+    assert seqs(second) == list(range(second[0]["seq"], second[0]["seq"] + len(second)))
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("log", ["memory", "redis"])
+async def test_a_resume_after_a_number_the_log_never_reached_gets_the_stored_messages(
+    request, settings, open_socket, plain_user, log
+):
+    if log == "redis":
+        request.getfixturevalue("redis_event_log")
+    first = await open_socket(plain_user)
+    await send(first, type="message", text="ping")
+    finished = await receive_run(first)
+    await sync_to_async(lose_event_logs)(settings, log)
+
+    second = await open_socket(plain_user)
+    thread_id = finished[0]["threadId"]
+    await send(second, type="resume", conversation=thread_id, after=finished[-1]["seq"])
+
+    snapshot = await receive(second)
+    assert snapshot["type"] == "MESSAGES_SNAPSHOT"
+    assert [m["content"] for m in snapshot["messages"]] == ["ping", "pong for plain"]
+    marker = await receive(second)
+    assert kind(marker) == "CUSTOM assistant.resumed"
+    assert marker["value"] == {"last": 0}  # the tab counts from the log's numbering again
 
 
 @pytest.mark.django_db(transaction=True)
