@@ -17,7 +17,7 @@ from channels.layers import get_channel_layer
 from .eventlog import event_log, scrubbed
 
 logger = logging.getLogger("assistant.broadcast")
-BATCH_WINDOW = 0.005  # seconds a publisher waits to gather a burst of frames into one send
+BATCH_WINDOW = 0.015  # seconds a publisher waits to gather a burst of frames into one send
 
 
 def group_name(thread_id: Any) -> str:
