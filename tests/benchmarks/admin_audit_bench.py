@@ -65,7 +65,7 @@ def seed(rows: int) -> None:
             INSERT INTO assistant_auditentry
                 (created_at, user_id, username, operation, domain, risk_level, decision,
                  entities, duration_ms, error, source, request_ip, conversation_id,
-                 pending_action_id)
+                 pending_action_id, reason, client)
             SELECT now() - (n || ' seconds')::interval,
                    %(first)s + n %% 20,
                    'user' || (n %% 20),
@@ -74,7 +74,7 @@ def seed(rows: int) -> None:
                    (ARRAY['safe','safe','guarded','dangerous','safe'])[1 + n %% 5],
                    (ARRAY['executed','executed','executed','denied','failed','invalid',
                           'confirmation_requested','confirmed'])[1 + n %% 8],
-                   '{"page": 1}'::jsonb, (n %% 50)::float, '', 'rest', NULL, NULL, NULL
+                   '{"page": 1}'::jsonb, (n %% 50)::float, '', 'rest', NULL, NULL, NULL, '', ''
             FROM generate_series(1, %(rows)s) AS n
             """,
             {"first": first, "rows": rows},
