@@ -15,8 +15,9 @@ conversation) and the ratio (issue #18: ours at most 1.5 times the floor).
 Measured 2026-12-01 (50 x 10, 3 rounds, a loaded 2-core box): floor 4.1-4.6 ms; ours 10.3 ms
 (2.4-2.5x) before the issue's levers, 8.1-8.9 ms (1.8-1.9x) after; 5.6 queries per turn on both
 sides, transactions 2.0 per turn before, 0.1 after. Later (5 rounds, a quiet but noisier box,
-the throttle in the first hop and the allowed tools kept per snapshot): 1.84x by the medians,
-1.46x by the minimums (README, "What a turn costs").
+the throttle in the first hop, the allowed tools kept per snapshot, 15 ms bursts): the rounds'
+own ratios about 2.0x (medians 1.99 and 2.02), the sides' medians 1.75-1.84x (README, "What a
+turn costs").
 """
 
 from __future__ import annotations
