@@ -142,22 +142,17 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def text_start(message_id: str) -> Event:
+def text_start(message_id: str, role: str = "assistant") -> Event:
     return {
         "type": "TEXT_MESSAGE_START",
         "timestamp": now_ms(),
         "messageId": message_id,
-        "role": "assistant",
+        "role": role,
     }
 
 
 def user_text_start(message_id: str) -> Event:
-    return {
-        "type": "TEXT_MESSAGE_START",
-        "timestamp": now_ms(),
-        "messageId": message_id,
-        "role": "user",
-    }
+    return text_start(message_id, role="user")
 
 
 def text_content(message_id: str, delta: str) -> Event:

@@ -316,6 +316,10 @@ class ToolRegistry:
     @_registry.setter
     def _registry(self, tools: dict[str, AssistantTool]) -> None:
         self._tools = tools
+        self._changed()
+
+    def _changed(self) -> None:
+        """The tools changed: what was derived from them is worked out anew."""
         self._derived.clear()
         self.version += 1
 
@@ -356,8 +360,7 @@ class ToolRegistry:
                     f"{tool.operation}: keyword {word!r} already maps to {keyword_map[word]}"
                 )
         self._tools[tool.operation] = tool
-        self._derived.clear()
-        self.version += 1
+        self._changed()
         return tool
 
     def unregister(self, operation: str) -> None:
@@ -365,8 +368,7 @@ class ToolRegistry:
             raise RegistryFrozen(f"{operation}: the tool registry is frozen")
         self.get(operation)
         del self._tools[operation]
-        self._derived.clear()
-        self.version += 1
+        self._changed()
 
     def find(self, operation: Any) -> AssistantTool | None:
         """The tool registered for ``operation``, or None."""

@@ -190,13 +190,21 @@ async def test_a_fresh_load_from_the_redis_event_log_gets_the_snapshot_and_the_l
     assert marker["value"] == {"last": finished[-1]["seq"]}
 
 
-def lose_event_logs(settings: Any, log: str) -> None:
-    """The logs' counters are gone: they expired (EVENT_LOG_TTL), Redis lost them, or this is a
-    new server process."""
+async def ping_then_lose_the_log(
+    request: Any, settings: Any, open_socket: Any, user: Any, log: str
+) -> tuple[Any, list[dict[str, Any]]]:
+    """A socket that ran one turn (and its frames), then the log's counter is gone: it expired
+    (EVENT_LOG_TTL), Redis lost it, or this is a new server process (the memory log)."""
     if log == "redis":
-        forget_event_logs()
+        request.getfixturevalue("redis_event_log")
+    socket = await open_socket(user)
+    await send(socket, type="message", text="ping")
+    frames = await receive_run(socket)
+    if log == "redis":
+        await sync_to_async(forget_event_logs)()
     else:
         restart_event_log(settings)
+    return socket, frames
 
 
 @pytest.mark.django_db(transaction=True)
@@ -204,12 +212,7 @@ def lose_event_logs(settings: Any, log: str) -> None:
 async def test_a_log_that_lost_its_counter_numbers_above_what_an_open_tab_last_saw(
     request, settings, open_socket, plain_user, log
 ):
-    if log == "redis":
-        request.getfixturevalue("redis_event_log")
-    socket = await open_socket(plain_user)
-    await send(socket, type="message", text="ping")
-    first = await receive_run(socket)
-    await sync_to_async(lose_event_logs)(settings, log)
+    socket, first = await ping_then_lose_the_log(request, settings, open_socket, plain_user, log)
 
     await send(socket, type="message", text="ping", conversation=first[0]["threadId"])
     second = await receive_run(socket)
@@ -225,12 +228,7 @@ async def test_a_log_that_lost_its_counter_numbers_above_what_an_open_tab_last_s
 async def test_a_resume_after_a_number_the_log_never_reached_gets_the_stored_messages(
     request, settings, open_socket, plain_user, log
 ):
-    if log == "redis":
-        request.getfixturevalue("redis_event_log")
-    first = await open_socket(plain_user)
-    await send(first, type="message", text="ping")
-    finished = await receive_run(first)
-    await sync_to_async(lose_event_logs)(settings, log)
+    _, finished = await ping_then_lose_the_log(request, settings, open_socket, plain_user, log)
 
     second = await open_socket(plain_user)
     thread_id = finished[0]["threadId"]

@@ -26,9 +26,7 @@ import argparse
 import asyncio
 import json
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -36,26 +34,6 @@ import ws_load
 
 ws_load.BENCH_DB = "assistant_cost_bench"
 SIDES = {"floor": "/ws/floor/", "assistant": "/ws/assistant/"}
-
-
-def start_server(port: int) -> subprocess.Popen[bytes]:
-    command = ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
-    process = subprocess.Popen(
-        [sys.executable, *command, "tests.benchmarks.floor_asgi:application"],
-        cwd=ws_load.ROOT,
-        env=ws_load.server_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            ws_load.socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return process
-        except OSError:
-            time.sleep(0.1)
-    process.kill()
-    raise RuntimeError("the server did not start")
 
 
 async def client(
@@ -139,7 +117,7 @@ def main() -> None:
     try:
         sessions = ws_load.prepare(args.clients)
         port = ws_load.free_port()
-        server = start_server(port)
+        server = ws_load.start_server("daphne", port, "tests.benchmarks.floor_asgi:application")
         figures: dict[str, list[float]] = {name: [] for name in sides}
         db: dict[str, dict[str, float]] = {}
         sent = args.clients * args.messages
@@ -176,16 +154,7 @@ def main() -> None:
             "   target <= 1.5x"
         )
     finally:
-        if server is not None:
-            server.terminate()
-            try:
-                server.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                server.kill()
-        from django.db import connections
-
-        connections.close_all()
-        ws_load.drop_database()
+        ws_load.shut_down(server)
 
 
 if __name__ == "__main__":

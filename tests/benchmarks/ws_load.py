@@ -137,6 +137,20 @@ def start_server(
     raise RuntimeError("the server did not start")
 
 
+def shut_down(server: subprocess.Popen[bytes] | None) -> None:
+    """Stop the server, close this process's connections and drop the scratch database."""
+    if server is not None:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+    from django.db import connections
+
+    connections.close_all()
+    drop_database()
+
+
 async def client(
     url: str,
     session: str,
@@ -458,16 +472,7 @@ def main() -> None:
                 f"after the first {ramp:g} s)"
             )
     finally:
-        if server is not None:
-            server.terminate()
-            try:
-                server.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                server.kill()
-        from django.db import connections
-
-        connections.close_all()
-        drop_database()
+        shut_down(server)
 
 
 if __name__ == "__main__":
