@@ -14,10 +14,10 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 
+from .conf import assistant_settings
 from .eventlog import event_log, scrubbed
 
 logger = logging.getLogger("assistant.broadcast")
-BATCH_WINDOW = 0.015  # seconds a publisher waits to gather a burst of frames into one send
 
 
 def group_name(thread_id: Any) -> str:
@@ -34,6 +34,7 @@ class Publisher:
         self._wakeup = asyncio.Event()
         self._closing = False
         self._task: asyncio.Task[None] | None = None
+        self._nap: asyncio.Future[None] | None = None  # gathering a burst; close() ends it
         self._scrub: Callable[[str], str] | None = None
 
     def put(self, frame: dict[str, Any]) -> None:
@@ -47,12 +48,24 @@ class Publisher:
             await self._wakeup.wait()
             self._wakeup.clear()
             if not self._closing:
-                await asyncio.sleep(BATCH_WINDOW)
+                await self._gather()
             batch, self._pending = self._pending, []
             if batch:
                 await self._send(batch)
             if self._closing and not self._pending:
                 return
+
+    async def _gather(self) -> None:
+        """Wait ``ASSISTANT["BURST_WINDOW"]`` for more frames, or until the turn closes: a turn
+        that ends sooner is one burst, however long its steps wait on a busy process."""
+        loop = asyncio.get_running_loop()
+        self._nap = nap = loop.create_future()
+        timer = loop.call_later(assistant_settings.BURST_WINDOW, _wake, nap)
+        try:
+            await nap
+        finally:
+            timer.cancel()
+            self._nap = None
 
     async def _send(self, batch: list[dict[str, Any]]) -> None:
         # A turn's outcome never depends on publishing: a failure is logged, the turn goes on
@@ -92,6 +105,8 @@ class Publisher:
         """Send whatever is still pending and stop; every frame has its ``seq`` afterwards."""
         self._closing = True
         self._wakeup.set()
+        if self._nap is not None:
+            _wake(self._nap)
         if self._task is not None:
             await asyncio.shield(self._task)
         if self._scrub is not None:
@@ -99,3 +114,8 @@ class Publisher:
                 await event_log().redact(self.thread_id, self._scrub)
             except Exception:
                 logger.exception("Redacting the kept events of %s failed", self.thread_id)
+
+
+def _wake(nap: asyncio.Future[None]) -> None:
+    if not nap.done():
+        nap.set_result(None)

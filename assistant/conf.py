@@ -260,6 +260,16 @@ SETTINGS: dict[str, Setting] = {
         "never (it keeps it CONN_MAX_AGE seconds)",
         kind=lambda value: None if value is None else float(value),
     ),
+    "BURST_WINDOW": Setting(
+        default=0.05,
+        accepts=_number(strict=False),
+        expected="a number of seconds, 0 or more",
+        example="0.05",
+        doc="seconds a turn's frames gather into one burst (one event-log write, one "
+        "channel-layer message) before they go to the sockets; a turn that ends sooner sends "
+        "them at its end",
+        kind=float,
+    ),
     # Changes made through the ORM reach every process at once over the channel layer; this
     # bounds the rest (queryset.update(), raw SQL). 0: every turn.
     "ACCESS_MAX_AGE": Setting(

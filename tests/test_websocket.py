@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from ag_ui.core import Event
 from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
 from django.conf import settings
 from django.test import Client, override_settings
 from pydantic import TypeAdapter
@@ -121,6 +122,46 @@ async def test_a_message_streams_one_ag_ui_run_in_order(open_socket, plain_user)
     seqs = [frame["seq"] for frame in frames]
     assert seqs == list(range(seqs[0], seqs[0] + len(frames)))
     assert await socket.receive_nothing(timeout=0.1)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_quick_run_goes_out_as_one_burst_when_it_ends_not_when_the_window_does(
+    settings, open_socket, plain_user, monkeypatch
+):
+    settings.ASSISTANT = {**settings.ASSISTANT, "BURST_WINDOW": 60}
+    layer = get_channel_layer()
+    bursts: list[int] = []
+    group_send = layer.group_send
+
+    async def counted(group: str, message: dict[str, Any]) -> None:
+        if message["type"] == "assistant.events":
+            bursts.append(len(message["texts"]))
+        await group_send(group, message)
+
+    monkeypatch.setattr(layer, "group_send", counted)
+    socket = await open_socket(plain_user)
+
+    await send(socket, type="message", text="ping")
+    frames = await receive_run(socket)  # each frame within WAIT seconds, far below the window
+
+    assert kinds(frames) == PING_RUN
+    assert bursts == [len(PING_RUN)]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_frames_before_a_long_step_arrive_while_it_runs(settings, open_socket, plain_user):
+    settings.ASSISTANT = {**settings.ASSISTANT, "BURST_WINDOW": 0.05}
+    socket = await open_socket(plain_user)
+
+    await send(socket, type="message", text="slow seconds=3")
+    started = time.monotonic()
+    shown = await receive_until(socket, "TOOL_CALL_END")
+
+    assert time.monotonic() - started < 2.5, "the call was shown while the tool still ran"
+    assert "TOOL_CALL_RESULT" not in kinds(shown)
+    frames = await receive_run(socket)
+    assert frames[-1]["type"] == "RUN_FINISHED"
+    assert "slept 3s" in [frame.get("content") for frame in frames]
 
 
 @pytest.mark.django_db(transaction=True)
