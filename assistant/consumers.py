@@ -474,6 +474,8 @@ def _waiting_actions(
 ) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """The conversation's own waiting actions (oldest first), and how many the user's inbox holds
     per conversation ("" for those in none, or in someone else's)."""
+    if not PendingAction.objects.may_concern(user).exists():
+        return [], {}  # as nearly always: one plain query, not the inbox's two
     answerable = PendingAction.objects.answerable_by(user)
     waiting: dict[str, int] = {}
     for row in answerable.values("conversation", "user").annotate(count=Count("id")).order_by():

@@ -147,6 +147,13 @@ class PendingActionQuerySet(models.QuerySet["PendingAction"]):
         ]
         return others.filter(approver_permission__in=held)
 
+    def may_concern(self, user: Any) -> PendingActionQuerySet:
+        """Every waiting action ``answerable_by`` could list, and more, in one plain query: the
+        user's own and every two-person one (no permission read). Nothing here: nothing for them."""
+        return self.waiting().filter(
+            models.Q(user_id=user.pk) | models.Q(policy=PendingAction.Policy.TWO_PERSON)
+        )
+
     def answerable_by(self, user: Any) -> PendingActionQuerySet:
         """The waiting actions a user's inbox lists: their own, and others' two-person ones
         whose approver permission they hold (the server decides who may approve)."""
