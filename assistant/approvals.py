@@ -30,6 +30,10 @@ class Approval:
         return self.policy != Policy.AUTO
 
 
+AUTO = Approval(policy=Policy.AUTO)
+CONFIRM = Approval(policy=Policy.CONFIRM)
+
+
 def configured(entry: Any) -> Approval:
     """One settings entry (``"confirm"`` or ``{"policy": ..., "permission": ...}``) read as is."""
     if isinstance(entry, dict):
@@ -53,7 +57,7 @@ def policy_for(tool: AssistantTool) -> Approval:
     approval = configured_for(tool, policies) if policies else None
     if approval is None or approval.policy not in Policy.values:
         # (an unknown name is assistant.E012's; until fixed, the declaration decides)
-        return Approval(policy=Policy.CONFIRM if tool.requires_confirmation else Policy.AUTO)
+        return CONFIRM if tool.requires_confirmation else AUTO
     if approval.policy == Policy.AUTO and tool.risk_level is RiskLevel.DANGEROUS:
-        return Approval(policy=Policy.CONFIRM)  # never unasked (assistant.E014 says so at start)
+        return CONFIRM  # never unasked (assistant.E014 says so at start)
     return approval

@@ -18,8 +18,9 @@ class CancellationToken:
     """
 
     def __init__(self, parent: CancellationToken | None = None) -> None:
-        self._event = threading.Event()
+        self._cancelled = False
         self._lock = threading.Lock()
+        self._sleep: threading.Event | None = None  # made by the first sync wait(): most never
         self._children: list[CancellationToken] = []
         self._callbacks: list[Callable[[], None]] = []
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
@@ -31,26 +32,29 @@ class CancellationToken:
 
     @property
     def is_cancelled(self) -> bool:
-        return self._event.is_set()
+        return self._cancelled
 
     def child(self) -> CancellationToken:
         return CancellationToken(parent=self)
 
     def _adopt(self, child: CancellationToken) -> None:
         with self._lock:
-            if not self._event.is_set():
+            if not self._cancelled:
                 self._children.append(child)
                 return
         child.cancel()
 
     def cancel(self) -> None:
         with self._lock:
-            if self._event.is_set():
+            if self._cancelled:
                 return
-            self._event.set()
+            self._cancelled = True
+            sleep = self._sleep
             children, self._children = self._children, []
             callbacks, self._callbacks = self._callbacks, []
             waiters, self._waiters = self._waiters, []
+        if sleep is not None:
+            sleep.set()
         for loop, future in waiters:
             if not loop.is_closed():
                 loop.call_soon_threadsafe(_resolve, future)
@@ -62,7 +66,7 @@ class CancellationToken:
     def add_callback(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Run ``callback`` on cancellation (at once if already cancelled); returns a remover."""
         with self._lock:
-            if not self._event.is_set():
+            if not self._cancelled:
                 self._callbacks.append(callback)
                 return lambda: self._remove_callback(callback)
         callback()
@@ -75,12 +79,12 @@ class CancellationToken:
 
     async def cancelled(self) -> None:
         """Return once the token is cancelled."""
-        if self._event.is_set():
+        if self._cancelled:
             return
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         with self._lock:
-            if self._event.is_set():
+            if self._cancelled:
                 return
             self._waiters.append((loop, future))
         try:
@@ -92,10 +96,16 @@ class CancellationToken:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block a sync caller until cancelled or ``timeout``; True when cancelled."""
-        return self._event.wait(timeout)
+        with self._lock:
+            if self._cancelled:
+                return True
+            if self._sleep is None:
+                self._sleep = threading.Event()
+            sleep = self._sleep
+        return sleep.wait(timeout)
 
     def raise_if_cancelled(self) -> None:
-        if self._event.is_set():
+        if self._cancelled:
             raise Cancelled("The run was stopped.")
 
 
