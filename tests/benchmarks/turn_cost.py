@@ -16,8 +16,11 @@ Measured 2026-12-01 (50 x 10, 3 rounds, a loaded 2-core box): floor 4.1-4.6 ms; 
 (2.4-2.5x) before the issue's levers, 8.1-8.9 ms (1.8-1.9x) after; 5.6 queries per turn on both
 sides, transactions 2.0 per turn before, 0.1 after. Later (5 rounds, a quiet but noisier box,
 the throttle in the first hop, the allowed tools kept per snapshot, 15 ms bursts): the rounds'
-own ratios about 2.0x (medians 1.99 and 2.02), the sides' medians 1.75-1.84x (README, "What a
-turn costs").
+own ratios about 2.0x (medians 1.99 and 2.02), the sides' medians 1.75-1.84x. 2026-12-02, on a
+quieter machine: 2.02x; 1.86x once a burst gathered until the turn's end or 50 ms (it was 2.0
+bursts a turn at 50 clients, now 1.1) and dispatch did less per call (README, "What a turn
+costs"). ``ASSISTANT_MAX_CONCURRENT_TURNS=1`` in the environment gives 1.66x: concurrency costs
+about 0.7 ms a turn.
 """
 
 from __future__ import annotations
