@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from tests.clients import API
+from tests.clients import API, client_for
 
 
 @pytest.fixture
@@ -69,13 +69,25 @@ def test_every_operation_documents_the_json_error_bodies(document: dict[str, Any
         f"{method.upper()} {path} {status}"
         for path, operations in document["paths"].items()
         for method, operation in operations.items()
-        for status in ("401", "403", "404", "429")
+        for status in ("400", "401", "403", "404", "429")
         if status not in operation["responses"]
         or body_schema(operation["responses"][status]) != "Error"
     ]
 
     assert missing == []
     assert component(document, "Error")["required"] == ["code", "detail"]
+
+
+@pytest.mark.parametrize("path", ["/tokens/", "/conversations/", "/tools/", "/jobs/"])
+def test_a_nul_in_any_query_string_gets_the_documented_400(
+    document: dict[str, Any], plain_user: Any, path: str
+) -> None:
+    # a parameter the view never reads too: the refusal comes before the view looks
+    response = client_for(plain_user).get(f"{API}{path}", {"page\x00": "2"})
+
+    assert response.status_code == 400
+    assert response.json()["code"] == "invalid"
+    assert body_schema(responses(document, path, "get")["400"]) == "Error"
 
 
 @pytest.mark.parametrize("path", ["/actions/{action_id}/confirm/", "/actions/{action_id}/cancel/"])

@@ -171,22 +171,18 @@ ERROR_RESPONSES = {
 
 
 class AssistantAutoSchema(AutoSchema):
-    """Documents, besides each operation's own answers, the error bodies every view may send."""
+    """Documents, besides each operation's own answers, the error bodies every view may send
+    (400 too: every view refuses a query string holding a NUL character, whatever it reads)."""
 
     def _get_response_bodies(self, direction: Any = "response") -> dict[str, Any]:
         responses: dict[str, Any] = super()._get_response_bodies(direction)
         for code, description in ERROR_RESPONSES.items():
-            if code == "400" and not self.takes_input():
-                continue
             if code not in responses:
                 response = self._get_response_for_code(  # type: ignore[no-untyped-call]
                     ErrorSerializer, code, direction=direction
                 )
                 responses[code] = {**response, "description": description}
         return responses
-
-    def takes_input(self) -> bool:
-        return self.method in ("POST", "PUT", "PATCH") or bool(self.get_override_parameters())
 
 
 def extend_schema(**kwargs: Any) -> Any:
