@@ -151,10 +151,6 @@ def text_start(message_id: str, role: str = "assistant") -> Event:
     }
 
 
-def user_text_start(message_id: str) -> Event:
-    return text_start(message_id, role="user")
-
-
 def text_content(message_id: str, delta: str) -> Event:
     return {"type": "TEXT_MESSAGE_CONTENT", "messageId": message_id, "delta": delta}
 

@@ -457,6 +457,6 @@ class Turn:
 
 async def _echo_user_message(turn: Turn, message: Message) -> None:
     """The user's message as events too, so every tab on the conversation shows it."""
-    await turn.emit(events.user_text_start(str(message.pk)))
+    await turn.emit(events.text_start(str(message.pk), role="user"))
     await turn.emit(events.text_content(str(message.pk), message.text))
     await turn.emit(events.text_end(str(message.pk)))

@@ -23,7 +23,7 @@ INTERRUPT = Interrupt(
 SHAPES = {
     "run started": events.run_started("thread", "run"),
     "reply text start": events.text_start("m1"),
-    "user text start": events.user_text_start("m0"),
+    "user text start": events.text_start("m0", role="user"),
     "text content": events.text_content("m1", "pong"),
     "text end": events.text_end("m1"),
     "tool call start": events.tool_call_start("call_1", "ping", "m1"),

@@ -16,8 +16,7 @@ no lost or duplicated turn. ``--floor`` puts the bare Channels consumer of floor
 same load. On the 2-core development box, 2026-12-02 (6 messages, ``--ramp 10``), the floor
 reached p95 220 ms at 600 clients. Ours reached 27 ms at 300, 839-968 ms at 450 and 2.4-2.7 s at
 600 (README). ``--switch-interval`` made no difference beyond the noise on an earlier machine.
-The CPU per turn set beside the floor's, closed loop,
-is turn_cost.py's.
+The CPU per turn set beside the floor's, closed loop, is turn_cost.py's.
 """
 
 from __future__ import annotations
