@@ -61,12 +61,16 @@ MAX_SEQ = 2**63 - 1
 # carries no more than half that of message text and tool calls, as JSON encodes them
 SNAPSHOT_MAX_BYTES = 512 * 1024
 DRAIN_PATIENCE = 2.0  # seconds a socket past its cap may go without the client reading a byte
+# A client that offers this websocket subprotocol receives each burst of a run's events as one
+# message, a JSON array of AG-UI events; without it, every event is a message of its own.
+BURSTS = "assistant.bursts"
 
 
 class AssistantConsumer(AsyncWebsocketConsumer):
     """Client frames: message, confirm, reject, cancel, resume. Server frames: AG-UI events."""
 
     layer_lost = False  # the channel layer failed: this socket cannot see runs
+    bursts = False  # the client asked for bursts as JSON arrays (the BURSTS subprotocol)
     layer_told = False
     connected = False
 
@@ -128,7 +132,8 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         self.relaying = False
         self.in_flight = 0  # bytes handed to the server whose send has not returned yet
         self.too_slow = False
-        await self.accept()
+        self.bursts = BURSTS in self.scope.get("subprotocols", ())
+        await self.accept(subprotocol=BURSTS if self.bursts else None)
         self.connected = True
         if await self.deactivated():
             refused = AccountInactive()
@@ -442,7 +447,10 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         texts = message.get("texts")
         if texts is None:  # (from a process of an earlier release)
             texts = [json.dumps(frame, separators=(",", ":")) for frame in message["frames"]]
-        for text in texts:  # serialised once by the publisher, for every socket
+        if self.bursts:  # serialised once by the publisher, for every socket
+            await self.send_text(f"[{','.join(texts)}]")
+            return
+        for text in texts:
             await self.send_text(text)
 
     # -- helpers ----------------------------------------------------------------------------

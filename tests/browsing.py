@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,21 @@ document.addEventListener("securitypolicyviolation", (event) => {
   window.__violations.push(event.violatedDirective + " " + event.blockedURI);
 });
 """
+
+
+def record_frames(page: Page) -> tuple[list[dict[str, Any]], list[Any]]:
+    """The AG-UI events the page's sockets receive from now on, and the messages they came in
+    (the chat page asks for a run's events in bursts: one JSON array a burst)."""
+    frames: list[dict[str, Any]] = []
+    messages: list[Any] = []
+
+    def received(data: str) -> None:
+        message = json.loads(data)
+        messages.append(message)
+        frames.extend(message if isinstance(message, list) else [message])
+
+    page.on("websocket", lambda socket: socket.on("framereceived", received))
+    return frames, messages
 
 
 def send(page: Page, text: str) -> None:

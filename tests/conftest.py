@@ -125,8 +125,10 @@ async def open_socket() -> AsyncIterator[sockets.OpenSocket]:
     """
     opened: list[sockets.Socket] = []
 
-    async def open_(user: Any = None, *, cookie: str | None = None) -> sockets.Socket:
-        socket = await sockets.connect(user, cookie=cookie)
+    async def open_(
+        user: Any = None, *, cookie: str | None = None, subprotocols: list[str] | None = None
+    ) -> sockets.Socket:
+        socket = await sockets.connect(user, cookie=cookie, subprotocols=subprotocols)
         opened.append(socket)
         return socket
 

@@ -19,15 +19,18 @@ Socket = WebsocketCommunicator
 OpenSocket = Callable[..., Awaitable[Socket]]
 
 
-async def connect(user: Any = None, *, cookie: str | None = None) -> Socket:
-    """A connected socket, signed in as ``user`` (in its scope) or through a session ``cookie``."""
+async def connect(
+    user: Any = None, *, cookie: str | None = None, subprotocols: list[str] | None = None
+) -> Socket:
+    """A connected socket, signed in as ``user`` (in its scope) or through a session ``cookie``;
+    the server's choice among ``subprotocols`` is ``socket.subprotocol``."""
     headers = [ORIGIN]
     if cookie is not None:
         headers.append((b"cookie", cookie.encode()))
-    socket = WebsocketCommunicator(application, PATH, headers=headers)
+    socket = WebsocketCommunicator(application, PATH, headers=headers, subprotocols=subprotocols)
     if user is not None:
         socket.scope["user"] = user
-    connected, _ = await socket.connect(timeout=WAIT)
+    connected, socket.subprotocol = await socket.connect(timeout=WAIT)
     assert connected
     return socket
 

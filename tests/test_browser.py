@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -10,7 +9,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from assistant.models import AuditEntry, Message
-from tests.browsing import ARTIFACTS, approve, send
+from tests.browsing import ARTIFACTS, approve, record_frames, send
 from tests.testapp.models import Order
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -38,12 +37,8 @@ def tool_card(page: Page, operation: str) -> Any:
 def test_a_reply_streams_in_with_its_tool_card(
     open_chat: Callable[..., Page], plain_user: Any
 ) -> None:
-    received: list[dict[str, Any]] = []
     page = open_chat(plain_user)
-    page.on(
-        "websocket",
-        lambda socket: socket.on("framereceived", lambda data: received.append(json.loads(data))),
-    )
+    received, messages = record_frames(page)
     page.reload()
     expect(page.locator("#status")).to_have_text("connected")
 
@@ -71,6 +66,7 @@ def test_a_reply_streams_in_with_its_tool_card(
         if frame["type"] == "TEXT_MESSAGE_CONTENT" and frame["messageId"] == str(stored.pk)
     ]
     assert "".join(streamed) == "pong for plain"
+    assert any(isinstance(message, list) for message in messages)  # the run came in bursts
 
 
 def test_a_dangerous_action_waits_for_approval_then_runs(

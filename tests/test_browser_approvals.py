@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from assistant.models import AuditEntry, Conversation, Message, PendingAction
-from tests.browsing import ARTIFACTS, RECORD_VIOLATIONS
+from tests.browsing import ARTIFACTS, RECORD_VIOLATIONS, record_frames
 from tests.testapp.models import Order
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -124,12 +124,8 @@ def test_cards_stay_in_their_conversation_and_elsewhere_a_count_links_to_the_inb
     ask(clerk, order, first, summary="Cancel in the first")
     ask(clerk, order, second, summary="Cancel in the second")
     ask(clerk, order, second, summary="Cancel again in the second")
-    received: list[dict[str, Any]] = []
     page = open_chat(clerk)
-    page.on(
-        "websocket",
-        lambda socket: socket.on("framereceived", lambda data: received.append(json.loads(data))),
-    )
+    received, _ = record_frames(page)
     go(page, f"{asgi_live_server}/assistant/?c={first.pk}")
 
     expect(page.locator(".approval .approval-summary")).to_have_text(["Cancel in the first"])

@@ -165,6 +165,36 @@ async def test_frames_before_a_long_step_arrive_while_it_runs(settings, open_soc
 
 
 @pytest.mark.django_db(transaction=True)
+async def test_a_client_that_asks_for_bursts_gets_a_burst_as_one_json_array_of_the_same_frames(
+    settings, open_socket, plain_user
+):
+    """The chat page's way (the ``assistant.bursts`` subprotocol) and the default side by side."""
+    settings.ASSISTANT = {**settings.ASSISTANT, "BURST_WINDOW": 60}  # a run is one burst
+    bursts = await open_socket(plain_user, subprotocols=["assistant.bursts"])
+    plain = await open_socket(plain_user)
+    assert (bursts.subprotocol, plain.subprotocol) == ("assistant.bursts", None)
+    await send(bursts, type="message", text="ping")
+    first = json.loads(await bursts.receive_from(timeout=WAIT))
+    assert isinstance(first, list)
+    assert kinds(first) == PING_RUN
+    await turns_ended(WAIT)
+    thread_id = first[0]["threadId"]
+    await send(plain, type="resume", conversation=thread_id, after=first[-1]["seq"])
+    assert kind(await receive(plain)) == "CUSTOM assistant.resumed"
+
+    await send(bursts, type="message", text="ping", conversation=thread_id)
+
+    burst = json.loads(await bursts.receive_from(timeout=WAIT))
+    assert burst == await receive_run(plain)  # the very frames, numbers included
+    assert burst[0]["seq"] == first[-1]["seq"] + 1
+    assert await bursts.receive_nothing(timeout=0.1)
+    # what is not a run's burst (an error, a snapshot, a marker) stays one object a message
+    await send(bursts, type="no_such_frame")
+    refused = json.loads(await bursts.receive_from(timeout=WAIT))
+    assert refused["value"]["code"] == "unknown_type"
+
+
+@pytest.mark.django_db(transaction=True)
 async def test_every_frame_is_an_ag_ui_event_spelled_in_camel_case(open_socket, plain_user):
     socket = await open_socket(plain_user)
 

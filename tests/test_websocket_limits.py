@@ -171,6 +171,41 @@ def test_a_reading_client_gets_a_snapshot_larger_than_the_cap_in_full(daphne_ser
     assert "4008" not in log.read_text()
 
 
+async def a_run_in_bursts(url: str, cookie: str) -> tuple[str | None, list[Any]]:
+    """The subprotocol the server chose for a client asking for bursts, and what a run sent."""
+    async with ws_connect(url, cookie, subprotocols=["assistant.bursts"]) as ws:
+        await ws.send(json.dumps({"type": "message", "text": "ping"}))
+        received = [json.loads(await asyncio.wait_for(ws.recv(), 10))]
+        while received[-1][-1]["type"] != "RUN_FINISHED":
+            received.append(json.loads(await asyncio.wait_for(ws.recv(), 10)))
+        return ws.subprotocol, received
+
+
+def assert_bursts_of_a_ping_run(subprotocol: str | None, received: list[Any]) -> None:
+    assert subprotocol == "assistant.bursts"
+    assert all(isinstance(burst, list) for burst in received)
+    frames = [frame for burst in received for frame in burst]
+    assert kinds(frames) == test_websocket.PING_RUN
+    assert len(received) < len(frames)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_daphne_sends_a_run_in_bursts_to_a_client_that_asks_for_them(daphne_server, make_user):
+    url, _, _ = daphne_server
+    make_user("burst")
+
+    assert_bursts_of_a_ping_run(*asyncio.run(a_run_in_bursts(url, session_cookie("burst"))))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_uvicorn_sends_a_run_in_bursts_to_a_client_that_asks_for_them(asgi_live_server, make_user):
+    url = asgi_live_server.replace("http://", "ws://") + "/ws/assistant/"
+    make_user("burst")
+
+    assert_bursts_of_a_ping_run(*asyncio.run(a_run_in_bursts(url, session_cookie("burst"))))
+
+
 # -- in process: snapshots, throttling, bad frames, missing pieces ------------------------------
 
 

@@ -31,12 +31,15 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN_URL = "postgres://postgres@127.0.0.1:5432/postgres"
 BENCH_DB = "assistant_ws_bench"
 REDIS_URL = "redis://127.0.0.1:6379/15"
+BURSTS = True  # clients of the chat ask for a run's events in bursts (--frames: one a message)
 
 
 def free_port() -> int:
@@ -151,6 +154,29 @@ def shut_down(server: subprocess.Popen[bytes] | None) -> None:
     drop_database()
 
 
+def connect(url: str, session: str, open_timeout: float) -> Any:
+    """A signed-in websocket; on the chat path it asks for bursts, as the chat page does."""
+    import websockets
+
+    bursts = BURSTS and url.endswith("/ws/assistant/")
+    return websockets.connect(
+        url,
+        origin="http://127.0.0.1",
+        additional_headers={"Cookie": f"sessionid={session}"},
+        open_timeout=open_timeout,
+        max_size=None,
+        subprotocols=["assistant.bursts"] if bursts else None,
+    )
+
+
+async def events(ws: Any) -> AsyncIterator[dict[str, Any]]:
+    """The socket's AG-UI events one at a time, whether they come one a message or in bursts."""
+    while True:
+        data = json.loads(await asyncio.wait_for(ws.recv(), timeout=60))
+        for event in data if isinstance(data, list) else [data]:
+            yield event
+
+
 async def client(
     url: str,
     session: str,
@@ -164,18 +190,10 @@ async def client(
     steady: list[float] | None = None,
     began: float = 0.0,
 ) -> int:
-    import websockets
-
     finished = 0
     if think is not None:
         await asyncio.sleep(random.uniform(0, ramp))  # people do not all arrive at once
-    async with websockets.connect(
-        url,
-        origin="http://127.0.0.1",
-        additional_headers={"Cookie": f"sessionid={session}"},
-        open_timeout=30,
-        max_size=None,
-    ) as ws:
+    async with connect(url, session, open_timeout=30) as ws:
         conversation = None
         for index in range(messages):
             if think is not None and index:
@@ -186,8 +204,7 @@ async def client(
             started = time.perf_counter()
             await ws.send(json.dumps(frame))
             sent.append(1)
-            while True:
-                event = json.loads(await asyncio.wait_for(ws.recv(), timeout=60))
+            async for event in events(ws):
                 if event["type"] == "RUN_STARTED":
                     firsts.append(time.perf_counter() - started)
                 if event["type"] == "RUN_FINISHED":
@@ -368,12 +385,20 @@ def main() -> None:
         help="the server process's sys.setswitchinterval (seconds; Python's default 0.005): how "
         "long its event loop may wait for the GIL a turn's lane thread holds",
     )
+    parser.add_argument(
+        "--frames",
+        action="store_true",
+        help="clients take every event as a message of its own (the default wire format), "
+        "not in bursts (the assistant.bursts subprotocol the chat page asks for)",
+    )
     parser.add_argument("--server", choices=["daphne", "uvicorn"], default="daphne")
     parser.add_argument(
         "--layer", choices=["pubsub", "core"], default="pubsub", help="the channels-redis layer"
     )
     args = parser.parse_args()
     os.environ["ASSISTANT_CHANNEL_LAYER"] = args.layer
+    global BURSTS
+    BURSTS = not args.frames
 
     recreate_database()
     server = None
@@ -417,6 +442,8 @@ def main() -> None:
         what = "the bare Channels floor" if args.floor else f"channels-redis {args.layer} layer"
         if args.switch_interval is not None:
             what += f", switch interval {args.switch_interval:g} s"
+        if not args.floor:
+            what += ", one event a message" if args.frames else ", events in bursts"
         print(
             f"[ws_load: {args.clients} clients x {args.messages} messages {pace}, "
             f"one {args.server} process, {what}]"

@@ -22,6 +22,8 @@
     sending: null,        // the bubble of a message sent but not yet echoed by the server
     waiting: {},          // conversation id ("" for none) -> how many approvals wait there
     approvalsTold: false, // this resume brought its conversation's approvals
+    inbox: [],            // frames received, not yet handled (a burst waits after a reply's start)
+    paused: false,
   };
 
   function el(tag, className, text) {
@@ -35,7 +37,8 @@
 
   function connect() {
     const scheme = location.protocol === "https:" ? "wss://" : "ws://";
-    const socket = new WebSocket(scheme + location.host + root.dataset.websocket);
+    // "assistant.bursts": the server sends a run's events a burst at a time, as JSON arrays
+    const socket = new WebSocket(scheme + location.host + root.dataset.websocket, ["assistant.bursts"]);
     state.socket = socket;
     setStatus("connecting", "connecting…");
     socket.onopen = () => {
@@ -43,7 +46,11 @@
       setStatus("open", "connected");
       if (state.conversation) resume(state.conversation);
     };
-    socket.onmessage = (message) => handle(JSON.parse(message.data));
+    socket.onmessage = (message) => {
+      const data = JSON.parse(message.data);
+      state.inbox.push(...(Array.isArray(data) ? data : [data]));
+      if (!state.paused) play();
+    };
     socket.onclose = (event) => {
       if (event.code === 4401) {
         setStatus("closed", "signed out");
@@ -81,6 +88,21 @@
   }
 
   // ---- events -------------------------------------------------------------------------------
+
+  // Frames in order. A burst may hold a whole reply: once a reply's bubble (the live region)
+  // is shown, the rest waits a moment, so screen readers know the region before its text comes.
+  function play() {
+    state.paused = false;
+    while (state.inbox.length) {
+      const frame = state.inbox.shift();
+      handle(frame);
+      if (frame.type === "TEXT_MESSAGE_START" && frame.role === "assistant" && state.inbox.length) {
+        state.paused = true;
+        setTimeout(play, 50);
+        return;
+      }
+    }
+  }
 
   function handle(frame) {
     // An error is shown whatever conversation it names (a refused first message names none yet).

@@ -57,9 +57,12 @@
 
   function connect() {
     const scheme = location.protocol === "https:" ? "wss://" : "ws://";
-    socket = new WebSocket(scheme + location.host + root.dataset.websocket);
+    socket = new WebSocket(scheme + location.host + root.dataset.websocket, ["assistant.bursts"]);
     socket.onopen = () => { retry = 0; say(""); };
-    socket.onmessage = (message) => handle(JSON.parse(message.data));
+    socket.onmessage = (message) => {
+      const data = JSON.parse(message.data);
+      for (const frame of Array.isArray(data) ? data : [data]) handle(frame);
+    };
     socket.onclose = (event) => {
       if (event.code === 4401) { location.reload(); return; }
       say("Reconnecting…");
