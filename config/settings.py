@@ -188,6 +188,8 @@ ASSISTANT = {
     # with Redis, replay after a reconnect works across server processes
     "EVENT_LOG": REDIS_URL,
     "MAX_CONCURRENT_TURNS": int(os.environ.get("ASSISTANT_MAX_CONCURRENT_TURNS", "32")),
+    # turns (and API requests) per user; the load benchmarks' users chat faster than people
+    "THROTTLE_RATE": os.environ.get("ASSISTANT_THROTTLE_RATE", "120/min"),
     "LLM": {
         "BASE_URL": os.environ.get("ASSISTANT_LLM_BASE_URL"),
         "MODEL": os.environ.get("ASSISTANT_LLM_MODEL", "gpt-4o-mini"),

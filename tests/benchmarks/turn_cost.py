@@ -32,6 +32,7 @@ import argparse
 import asyncio
 import json
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
@@ -41,6 +42,7 @@ import ws_load
 ws_load.BENCH_DB = "assistant_cost_bench"
 # "assistant" asks for bursts, as the chat page does; "frames" takes one event a message (the
 # default wire format, what any other AG-UI websocket client gets)
+FLOOR_APP = "tests.benchmarks.floor_asgi:application"  # the example project with the floor
 SIDES = {"floor": "/ws/floor/", "assistant": "/ws/assistant/", "frames": "/ws/assistant/"}
 
 
@@ -53,8 +55,7 @@ async def client(
     bursts: bool,
 ) -> int:
     finished = 0
-    ws_load.BURSTS = bursts
-    async with ws_load.connect(url, session, open_timeout=60) as ws:
+    async with ws_load.connect(url, session, open_timeout=60, bursts=bursts) as ws:
         await connected.wait()
         await go.wait()
         conversation = None
@@ -107,6 +108,61 @@ async def side(
     return used / max(1, turns), turns, {key: n / max(1, turns) for key, n in counted.items()}
 
 
+async def looping_client(
+    url: str, session: str, bursts: bool, done: list[int], stop: asyncio.Event
+) -> None:
+    """Sends "who am i" turns one after another until ``stop``; counts each finished one."""
+    async with ws_load.connect(url, session, open_timeout=60, bursts=bursts) as ws:
+        conversation = None
+        while not stop.is_set():
+            frame: dict[str, object] = {"type": "message", "text": "who am i"}
+            if conversation:
+                frame["conversation"] = conversation
+            await ws.send(json.dumps(frame))
+            async for event in ws_load.events(ws):
+                if event["type"] == "RUN_FINISHED":
+                    conversation = event["threadId"]
+                    done[0] += 1
+                    break
+                if event["type"] == "RUN_ERROR" or event.get("name") == "assistant.error":
+                    raise RuntimeError(event)
+
+
+async def together(
+    servers: dict[str, tuple[int, int]], sessions: list[str], seconds: float
+) -> dict[str, float]:
+    """Every side at once, each on its own server process, each with its own clients: the
+    server CPU per turn of each over one common window, so a slow spell of the machine slows
+    every side alike."""
+    stop = asyncio.Event()
+    done = {name: [0] for name in servers}
+    tasks = [
+        asyncio.ensure_future(
+            looping_client(
+                f"ws://127.0.0.1:{port}{SIDES[name]}", key, name == "assistant", done[name], stop
+            )
+        )
+        for name, (_, port) in servers.items()
+        for key in sessions
+    ]
+    await asyncio.sleep(3)  # every client connected and past its first turn
+    before = {name: (ws_load.cpu_seconds(pid), done[name][0]) for name, (pid, _) in servers.items()}
+    await asyncio.sleep(seconds)
+    after = {name: (ws_load.cpu_seconds(pid), done[name][0]) for name, (pid, _) in servers.items()}
+    stop.set()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    sides = [name for name in servers for _ in sessions]
+    failed = [
+        (name, r) for name, r in zip(sides, results, strict=True) if isinstance(r, BaseException)
+    ]
+    for name, failure in failed[:3]:
+        print(f"  a client of {name} failed:", repr(failure)[:200])
+    return {
+        name: (after[name][0] - before[name][0]) / max(1, after[name][1] - before[name][1])
+        for name in servers
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=50)
@@ -115,7 +171,18 @@ def main() -> None:
     parser.add_argument(
         "--only", choices=list(SIDES), help="run one side (to profile the server under it)"
     )
+    parser.add_argument(
+        "--together",
+        type=float,
+        metavar="SECONDS",
+        help="run every side at once, each on its own daphne process with --clients clients of "
+        "its own, and measure each over the same window of SECONDS, every round (for a machine "
+        "whose speed swings between rounds)",
+    )
     args = parser.parse_args()
+    if args.together:
+        run_together(args)
+        return
     sides = [args.only] if args.only else list(SIDES)
     ws_load.os.environ["ASSISTANT_CHANNEL_LAYER"] = "pubsub"
 
@@ -124,7 +191,7 @@ def main() -> None:
     try:
         sessions = ws_load.prepare(args.clients)
         port = ws_load.free_port()
-        server = ws_load.start_server("daphne", port, "tests.benchmarks.floor_asgi:application")
+        server = ws_load.start_server("daphne", port, FLOOR_APP)
         figures: dict[str, list[float]] = {name: [] for name in sides}
         db: dict[str, dict[str, float]] = {}
         sent = args.clients * args.messages
@@ -165,6 +232,49 @@ def main() -> None:
             )
     finally:
         ws_load.shut_down(server)
+
+
+def run_together(args: argparse.Namespace) -> None:
+    ws_load.os.environ["ASSISTANT_CHANNEL_LAYER"] = "pubsub"
+    # every user sends a turn as soon as the last ended, for minutes: far past 120/min
+    ws_load.os.environ["ASSISTANT_THROTTLE_RATE"] = "100000/min"
+    ws_load.recreate_database()
+    servers: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        sessions = ws_load.prepare(args.clients)
+        for name in SIDES:
+            port = ws_load.free_port()
+            servers[name] = ws_load.start_server("daphne", port, FLOOR_APP)
+            servers[name].port = port  # type: ignore[attr-defined]
+        print(
+            f"[turn_cost --together: {args.clients} clients a side, {len(SIDES)} daphne "
+            f"processes at once, {args.rounds} windows of {args.together:g} s]"
+        )
+        targets = {name: (p.pid, p.port) for name, p in servers.items()}  # type: ignore[attr-defined]
+        figures: dict[str, list[float]] = {name: [] for name in SIDES}
+        for index in range(args.rounds + 1):  # round 0 warms every side up
+            cpu = asyncio.run(together(targets, sessions, args.together))
+            if index:
+                for name, value in cpu.items():
+                    figures[name].append(value)
+                print(
+                    f"  round {index}: "
+                    + ", ".join(f"{name} {value * 1000:.2f} ms" for name, value in cpu.items())
+                    + f"; assistant/floor {cpu['assistant'] / cpu['floor']:.2f}x, "
+                    f"frames/floor {cpu['frames'] / cpu['floor']:.2f}x"
+                )
+        floor = figures["floor"]
+        for name in ("assistant", "frames"):
+            paired = [mine / bare for mine, bare in zip(figures[name], floor, strict=True)]
+            print(
+                f"  {name:<9} / floor: median of the rounds' {statistics.median(paired):.2f}x, "
+                f"min {min(paired):.2f}x   target <= 1.5x"
+            )
+    finally:
+        for process in list(servers.values())[1:]:
+            process.terminate()
+            process.wait(timeout=10)
+        ws_load.shut_down(next(iter(servers.values()), None))
 
 
 if __name__ == "__main__":

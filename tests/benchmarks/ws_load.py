@@ -154,11 +154,13 @@ def shut_down(server: subprocess.Popen[bytes] | None) -> None:
     drop_database()
 
 
-def connect(url: str, session: str, open_timeout: float) -> Any:
-    """A signed-in websocket; on the chat path it asks for bursts, as the chat page does."""
+def connect(url: str, session: str, open_timeout: float, bursts: bool | None = None) -> Any:
+    """A signed-in websocket; on the chat path it asks for bursts (unless ``--frames``), as the
+    chat page does."""
     import websockets
 
-    bursts = BURSTS and url.endswith("/ws/assistant/")
+    if bursts is None:
+        bursts = BURSTS and url.endswith("/ws/assistant/")
     return websockets.connect(
         url,
         origin="http://127.0.0.1",
