@@ -7,15 +7,17 @@ the conversation joins.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
+from urllib.parse import urlsplit
 
 from channels.layers import get_channel_layer
 
 from .conf import assistant_settings
-from .eventlog import event_log, scrubbed
+from .eventlog import RedisEventLog, event_log, scrubbed
 
 logger = logging.getLogger("assistant.broadcast")
 
@@ -75,11 +77,21 @@ class Publisher:
             frame.pop("seq", None)
             bodies.append(json.dumps(frame, separators=(",", ":")))
             frame["seq"] = 0
+        log, layer = event_log(), get_channel_layer()
+        group = group_name(self.thread_id)
+        channel = published_by(log, layer, group)
+        if channel is not None:  # one round trip: the log's script publishes the burst itself
+            try:
+                await cast(RedisEventLog, log).append_many(self.thread_id, batch, bodies, channel)
+            except Exception:  # (the layer's Redis is that one: it cannot send them either)
+                logger.exception(
+                    "Keeping and sending events failed (conversation %s)", self.thread_id
+                )
+            return
         try:
-            await event_log().append_many(self.thread_id, batch, bodies)
+            await log.append_many(self.thread_id, batch, bodies)
         except Exception:
             logger.exception("Keeping events for replay failed (conversation %s)", self.thread_id)
-        layer = get_channel_layer()
         if layer is None:
             return
         # what the sockets send as it is: the body with its number added
@@ -87,9 +99,7 @@ class Publisher:
             f'{body[:-1]},"seq":{frame["seq"]}}}' for body, frame in zip(bodies, batch, strict=True)
         ]
         try:
-            await layer.group_send(
-                group_name(self.thread_id), {"type": "assistant.events", "texts": texts}
-            )
+            await layer.group_send(group, {"type": "assistant.events", "texts": texts})
         except Exception:
             logger.exception("Sending events failed (conversation %s)", self.thread_id)
 
@@ -114,6 +124,40 @@ class Publisher:
                 await event_log().redact(self.thread_id, self._scrub)
             except Exception:
                 logger.exception("Redacting the kept events of %s failed", self.thread_id)
+
+
+def published_by(log: Any, layer: Any, group: str) -> str | None:
+    """The pub/sub channel of ``group`` when the event log's script can publish to it itself.
+
+    That is when the layer is channels-redis's pub/sub layer packing messages as plain msgpack
+    (no ``symmetric_encryption_keys``) and the group's shard is the Redis server the log
+    writes to (any database: pub/sub channels are server-wide). Otherwise None: the log keeps
+    the burst and the layer sends it, two round trips.
+    """
+    if not isinstance(log, RedisEventLog) or layer is None:
+        return None
+    if type(layer).__module__ != "channels_redis.pubsub":
+        return None
+    serializer = getattr(layer, "_serializer", None)
+    if type(serializer).__name__ != "MsgPackSerializer":
+        return None
+    if getattr(serializer, "crypter", None) or getattr(serializer, "random_prefix_length", 0):
+        return None
+    loop_layer = layer._get_layer()
+    channel: str = loop_layer._get_group_channel_name(group)
+    address = loop_layer._get_shard(channel).host.get("address")  # (a sentinel config has none)
+    if not isinstance(address, str) or not same_server(address, log.url):
+        return None
+    return channel
+
+
+@functools.cache
+def same_server(first: str, second: str) -> bool:
+    """Whether two Redis URLs name one server (their databases and credentials may differ)."""
+    a, b = urlsplit(first), urlsplit(second)
+    if "unix" in (a.scheme, b.scheme):
+        return (a.scheme, a.path) == (b.scheme, b.path)
+    return (a.hostname, a.port or 6379) == (b.hostname, b.port or 6379)
 
 
 def _wake(nap: asyncio.Future[None]) -> None:

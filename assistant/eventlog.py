@@ -131,8 +131,16 @@ class RedisEventLog:
         return f"assistant:events:{{{thread_id}}}:seq", f"assistant:events:{{{thread_id}}}:frames"
 
     async def append_many(
-        self, thread_id: str, frames: list[dict[str, Any]], bodies: list[str] | None = None
+        self,
+        thread_id: str,
+        frames: list[dict[str, Any]],
+        bodies: list[str] | None = None,
+        publish: str | None = None,
     ) -> int:
+        """As ``EventLog.append_many``; with ``publish`` (a channels-redis pub/sub channel on
+        this log's Redis, msgpack without encryption), the script also publishes the burst
+        there, as the layer's ``group_send`` of ``{"type": "assistant.events", "texts": [...]}``
+        would: one round trip for both."""
         client = self._client()
         if self._append is None:
             self._append = client.register_script(APPEND_SCRIPT)
@@ -143,7 +151,7 @@ class RedisEventLog:
         last = int(
             await self._append(
                 keys=self._keys(thread_id),
-                args=[self.keep, self.ttl, len(frames), payload, first_seq() - 1],
+                args=[self.keep, self.ttl, len(frames), payload, first_seq() - 1, publish or ""],
                 client=client,
             )
         )
@@ -186,15 +194,25 @@ class RedisEventLog:
 
 # Number a batch, keep it and trim the log in one round trip. A member is "<seq> <json>": the
 # number makes equal frames distinct members and is the frame's "seq" when it is read back. A
-# counter that is gone starts again from ARGV[5] (first_seq, less one).
+# counter that is gone starts again from ARGV[5] (first_seq, less one). With ARGV[6] (a pub/sub
+# channel) the burst is published there too, each frame with its "seq", packed as channels-redis
+# packs a group message (msgpack; Redis's cmsgpack packs a Lua string as a msgpack str).
 APPEND_SCRIPT = """
 local count = tonumber(ARGV[3])
 redis.call('SET', KEYS[1], ARGV[5], 'NX')
 local last = redis.call('INCRBY', KEYS[1], count)
 local seq = last - count
+local texts = {}
 for frame in string.gmatch(ARGV[4], '[^\\n]+') do
     seq = seq + 1
-    redis.call('ZADD', KEYS[2], seq, string.format('%d', seq) .. ' ' .. frame)
+    local number = string.format('%d', seq)
+    redis.call('ZADD', KEYS[2], seq, number .. ' ' .. frame)
+    if ARGV[6] ~= '' then
+        texts[#texts + 1] = string.sub(frame, 1, -2) .. ',"seq":' .. number .. '}'
+    end
+end
+if ARGV[6] ~= '' then
+    redis.call('PUBLISH', ARGV[6], cmsgpack.pack({type = 'assistant.events', texts = texts}))
 end
 redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -tonumber(ARGV[1]) - 1)
 redis.call('EXPIRE', KEYS[2], ARGV[2])

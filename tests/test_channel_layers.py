@@ -25,9 +25,11 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 from websockets.typing import Origin
 
+from assistant.broadcast import same_server
 from assistant.eventlog import RedisEventLog, event_log
 from assistant.models import AuditEntry, Conversation, Message
 from tests.channel_layers import REDIS_CHANNEL_LAYERS
+from tests.channel_layers import redis_channel_layer as redis_channel_layer_config
 from tests.conftest import REDIS_URL, perm
 from tests.sockets import WAIT, kind, kinds, receive, receive_run, receive_until, send
 from tests.test_websocket import PING_RUN, stored
@@ -93,6 +95,97 @@ async def test_a_message_streams_the_same_run_over_the_redis_channel_layer(
         ("user", "ping", "complete"),
         ("assistant", "pong for plain", "complete"),
     ] * 2
+
+
+def count_group_sends(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many frames each burst the layer's ``group_send`` carried (from now on)."""
+    from channels.layers import get_channel_layer
+
+    layer = get_channel_layer()
+    carried: list[int] = []
+    group_send = layer.group_send
+
+    async def counted(group: str, message: dict[str, Any]) -> None:
+        if message["type"] == "assistant.events":
+            carried.append(len(message["texts"]))
+        await group_send(group, message)
+
+    monkeypatch.setattr(layer, "group_send", counted)
+    return carried
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_on_the_pub_sub_layer_the_event_log_publishes_each_burst_in_the_same_round_trip(
+    request, redis_channel_layer, redis_event_log, settings, open_socket, plain_user, monkeypatch
+):
+    """The log's script numbers, keeps and publishes a burst: the layer sends none of it."""
+    pubsub = redis_channel_layer["BACKEND"].endswith("RedisPubSubChannelLayer")
+    settings.ASSISTANT = {**settings.ASSISTANT, "BURST_WINDOW": 60}  # a run is one burst
+    carried = count_group_sends(monkeypatch)
+    client = redis.Redis.from_url(REDIS_URL)
+    client.config_resetstat()
+    socket = await open_socket(plain_user)
+    other = await open_socket(plain_user, subprotocols=["assistant.bursts"])
+
+    await send(socket, type="message", text="ping")
+    first = await receive_run(socket)
+    await send(other, type="resume", conversation=first[0]["threadId"], after=first[-1]["seq"])
+    assert kind(json.loads(await other.receive_from(WAIT))) == "CUSTOM assistant.resumed"
+    await send(socket, type="message", text="ping", conversation=first[0]["threadId"])
+    second = await receive_run(socket)
+
+    assert kinds(second) == PING_RUN
+    assert seqs(first + second) == list(range(first[0]["seq"], first[0]["seq"] + 2 * len(first)))
+    assert json.loads(await other.receive_from(WAIT)) == second  # one burst, the same frames
+    replayed = await event_log().since(first[0]["threadId"], first[0]["seq"] - 1)
+    assert replayed.frames == first + second
+    scripts = client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+    scripts += client.info("commandstats").get("cmdstat_eval", {}).get("calls", 0)
+    client.close()
+    assert scripts >= 2
+    assert carried == ([] if pubsub else [len(PING_RUN)] * 2)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_an_encrypted_pub_sub_layer_gets_its_bursts_from_the_layer_not_the_log(
+    settings, redis_event_log, open_socket, plain_user, monkeypatch
+):
+    """The script cannot encrypt: with ``symmetric_encryption_keys`` the layer sends each burst."""
+    import uuid
+
+    from channels.layers import channel_layers
+
+    layer = redis_channel_layer_config("pubsub", REDIS_URL, f"test-{uuid.uuid4().hex[:8]}")
+    layer["CONFIG"]["symmetric_encryption_keys"] = ["a secret of this test"]
+    settings.CHANNEL_LAYERS = {"default": layer}
+    channel_layers.backends.clear()
+    settings.ASSISTANT = {**settings.ASSISTANT, "BURST_WINDOW": 60}
+    try:
+        carried = count_group_sends(monkeypatch)
+        socket = await open_socket(plain_user)
+        await send(socket, type="message", text="ping")
+        frames = await receive_run(socket)
+    finally:
+        channel_layers.backends.clear()
+
+    assert kinds(frames) == PING_RUN
+    assert carried == [len(PING_RUN)]
+    assert all(frame["seq"] > 0 for frame in frames)
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "same"),
+    [
+        ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/15", True),
+        ("redis://127.0.0.1:6379", "redis://user:pw@127.0.0.1/2", True),
+        ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6380/0", False),
+        ("redis://10.0.0.1:6379/0", "redis://10.0.0.2:6379/0", False),
+        ("unix:///run/redis.sock?db=1", "unix:///run/redis.sock", True),
+        ("unix:///run/redis.sock", "redis://127.0.0.1:6379", False),
+    ],
+)
+def test_the_log_publishes_only_to_the_redis_server_it_writes_to(first, second, same):
+    assert same_server(first, second) is same
 
 
 @pytest.mark.django_db(transaction=True)
