@@ -11,7 +11,9 @@ cost alone: a model insert, a thread hop to a lane and back, one Redis round tri
 server CPU per turn minus this figure is what the websocket transport costs; turn_cost.py sets
 the whole websocket turn beside a bare Channels consumer doing the same writes (the floor).
 Measured 2026-12-01 (300 x 3, a loaded 2-core box): 6.9 ms per turn and 7.6 Redis round trips
-before issue #18's levers, 5.3 ms and 2.2 after; 5 queries both.
+before issue #18's levers, 5.3 ms and 2.2 after; 5 queries both. 2026-12-02, with the event
+log's script publishing each burst itself: 1.0 round trip a turn (5.7-9.4 ms on a slow spell
+of the machine, where the same turn took 3.9 ms the day before on a quiet one).
 """
 
 from __future__ import annotations
@@ -103,7 +105,17 @@ async def turns(user: Any, count: int, repeat: int) -> None:
         publishes = after_redis.get("publish", 0) - before_redis.get("publish", 0)
         assert result.assistant_message.status == "complete"
     queries = await count_queries(user, conversation, session)
-    trips = bursts + publishes  # the event log's script, then the layer's PUBLISH
+    from channels.layers import get_channel_layer
+
+    from assistant.broadcast import group_name, published_by
+    from assistant.eventlog import event_log
+
+    # the event log's script, then the layer's PUBLISH; or the script alone, publishing itself
+    # (Redis counts a PUBLISH made by a script among its commands too)
+    itself = published_by(event_log(), get_channel_layer(), group_name(conversation.pk))
+    if itself:
+        publishes -= bursts
+    trips = bursts + publishes
     await session.stop()
     print(f"[turn_bench: {count} turns x {repeat}, in process, PostgreSQL + Redis]")
     print(
@@ -113,7 +125,8 @@ async def turns(user: Any, count: int, repeat: int) -> None:
     print(f"  queries per turn:    {queries}")
     print(
         f"  Redis round trips:   {trips / count:.1f} per turn "
-        f"({bursts / count:.1f} event-log bursts, {publishes / count:.1f} publishes)"
+        f"({bursts / count:.1f} event-log bursts{', each publishing itself' if itself else ''}, "
+        f"{publishes / count:.1f} publishes)"
     )
     print(f"  frames per turn:     {len(result.frames)}")
 

@@ -24,6 +24,16 @@ quieter machine: 2.02x; 1.86x once a burst gathered until the turn's end or 50 m
 bursts a turn at 50 clients, now 1.1) and dispatch did less per call (README, "What a turn
 costs"). ``ASSISTANT_MAX_CONCURRENT_TURNS=1`` in the environment gives 1.66x: concurrency costs
 about 0.7 ms a turn.
+
+``--together SECONDS`` runs the three sides at once instead, each on a daphne process of its
+own with ``--clients`` clients of its own sending turns back to back, and measures each
+process's CPU over the same window of SECONDS (a round; round 0 warms up). A machine whose speed
+swings by half between rounds (seen on the development box: the same Python loop took 270-464 ms
+from one run to the next) slows every side of a round alike there; interleaved rounds swung
+1.4-2.2x on that box. Later on 2026-12-02 (a slow, noisy spell of that machine), with bursts for
+the chat page and one Redis round trip a burst: together (20 clients a side, 5 windows of 10 s)
+1.30x in bursts (rounds 1.22-1.43), 1.42x one event a message; interleaved (50 x 10, 5 rounds)
+1.60x and 1.72x by the rounds' own ratios (README).
 """
 
 from __future__ import annotations

@@ -15,7 +15,11 @@ chatting do. Target (issue #18): 600 clients thinking 2-5 s on one server proces
 no lost or duplicated turn. ``--floor`` puts the bare Channels consumer of floor.py under the
 same load. On the 2-core development box, 2026-12-02 (6 messages, ``--ramp 10``), the floor
 reached p95 220 ms at 600 clients. Ours reached 27 ms at 300, 839-968 ms at 450 and 2.4-2.7 s at
-600 (README). ``--switch-interval`` made no difference beyond the noise on an earlier machine.
+600 (README). Later that day, on a slow spell of the same machine, with the chat's bursts and one
+Redis round trip a burst: the floor p95 174 ms at 300 clients, 807 ms at 450, 1.3 s at 600; ours
+130 ms at 225, 845 ms at 300, 3.5 s at 450 (5.3 s with ``--frames``). ``--frames`` makes its
+clients take one event a message. ``--switch-interval`` made no difference beyond the noise on an
+earlier machine.
 The CPU per turn set beside the floor's, closed loop, is turn_cost.py's.
 """
 
