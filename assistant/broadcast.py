@@ -79,19 +79,20 @@ class Publisher:
             frame["seq"] = 0
         log, layer = event_log(), get_channel_layer()
         group = group_name(self.thread_id)
-        channel = published_by(log, layer, group)
-        if channel is not None:  # one round trip: the log's script publishes the burst itself
-            try:
-                await cast(RedisEventLog, log).append_many(self.thread_id, batch, bodies, channel)
-            except Exception:  # (the layer's Redis is that one: it cannot send them either)
-                logger.exception(
-                    "Keeping and sending events failed (conversation %s)", self.thread_id
-                )
-            return
         try:
+            channel = published_by(log, layer, group)
+        except Exception:  # (channels-redis's internals changed): the layer sends the burst
+            logger.exception("Publishing through the event log is unavailable")
+            channel = None
+        try:
+            if channel is not None:  # one round trip: the log's script publishes the burst too
+                await cast(RedisEventLog, log).append_many(self.thread_id, batch, bodies, channel)
+                return
             await log.append_many(self.thread_id, batch, bodies)
-        except Exception:
+        except Exception as exc:
             logger.exception("Keeping events for replay failed (conversation %s)", self.thread_id)
+            if channel is not None and not _refused(exc):
+                return  # the reply was lost: the script may have published them already
         if layer is None:
             return
         # what the sockets send as it is: the body with its number added
@@ -153,11 +154,20 @@ def published_by(log: Any, layer: Any, group: str) -> str | None:
 
 @functools.cache
 def same_server(first: str, second: str) -> bool:
-    """Whether two Redis URLs name one server (their databases and credentials may differ)."""
+    """Whether two Redis URLs name one server and user (their databases may differ)."""
     a, b = urlsplit(first), urlsplit(second)
     if "unix" in (a.scheme, b.scheme):
-        return (a.scheme, a.path) == (b.scheme, b.path)
-    return (a.hostname, a.port or 6379) == (b.hostname, b.port or 6379)
+        return (a.scheme, a.path, a.username) == (b.scheme, b.path, b.username)
+    # (one user: the log's may publish where the layer's may, under Redis ACLs)
+    return (a.hostname, a.port or 6379, a.username) == (b.hostname, b.port or 6379, b.username)
+
+
+def _refused(exc: Exception) -> bool:
+    """Whether Redis answered a script with an error (it published nothing: its PUBLISH is the
+    script's last step), rather than the answer getting lost on the way."""
+    from redis.exceptions import ResponseError
+
+    return isinstance(exc, ResponseError)
 
 
 def _wake(nap: asyncio.Future[None]) -> None:

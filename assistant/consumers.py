@@ -64,6 +64,9 @@ DRAIN_PATIENCE = 2.0  # seconds a socket past its cap may go without the client 
 # A client that offers this websocket subprotocol receives each burst of a run's events as one
 # message, a JSON array of AG-UI events; without it, every event is a message of its own.
 BURSTS = "assistant.bursts"
+BURST_MAX_BYTES = (
+    SNAPSHOT_MAX_BYTES  # a burst's frame stays far below daphne's 1 MiB, as a snapshot
+)
 
 
 class AssistantConsumer(AsyncWebsocketConsumer):
@@ -448,7 +451,8 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         if texts is None:  # (from a process of an earlier release)
             texts = [json.dumps(frame, separators=(",", ":")) for frame in message["frames"]]
         if self.bursts:  # serialised once by the publisher, for every socket
-            await self.send_text(f"[{','.join(texts)}]")
+            for burst in _arrays(texts, BURST_MAX_BYTES):
+                await self.send_text(burst)
             return
         for text in texts:
             await self.send_text(text)
@@ -509,6 +513,26 @@ def _stored_messages(conversation: Any) -> tuple[list[Message], bool]:
             break
         kept.append(message)
     return kept[::-1], len(kept) < len(candidates)
+
+
+def _arrays(texts: list[str], budget: int) -> list[str]:
+    """Events as JSON arrays of at most ``budget`` characters; one that is larger on its own
+    goes as a frame of its own, as it would without bursts."""
+    sent: list[str] = []
+    held: list[str] = []
+    size = 0
+    for text in texts:
+        if held and size + len(text) + 2 > budget:  # (the array: brackets and commas)
+            sent.append(f"[{','.join(held)}]")
+            held, size = [], 0
+        if len(text) + 2 > budget:
+            sent.append(text)
+            continue
+        held.append(text)
+        size += len(text) + 1
+    if held:
+        sent.append(f"[{','.join(held)}]")
+    return sent
 
 
 def _not_json(constant: str) -> Any:

@@ -195,8 +195,9 @@ class RedisEventLog:
 # Number a batch, keep it and trim the log in one round trip. A member is "<seq> <json>": the
 # number makes equal frames distinct members and is the frame's "seq" when it is read back. A
 # counter that is gone starts again from ARGV[5] (first_seq, less one). With ARGV[6] (a pub/sub
-# channel) the burst is published there too, each frame with its "seq", packed as channels-redis
-# packs a group message (msgpack; Redis's cmsgpack packs a Lua string as a msgpack str).
+# channel) the burst is published there too, last (an error before it published nothing), each
+# frame with its "seq", packed as channels-redis packs a group message (msgpack; Redis's
+# cmsgpack packs a Lua string as a msgpack str).
 APPEND_SCRIPT = """
 local count = tonumber(ARGV[3])
 redis.call('SET', KEYS[1], ARGV[5], 'NX')
@@ -211,12 +212,12 @@ for frame in string.gmatch(ARGV[4], '[^\\n]+') do
         texts[#texts + 1] = string.sub(frame, 1, -2) .. ',"seq":' .. number .. '}'
     end
 end
-if ARGV[6] ~= '' then
-    redis.call('PUBLISH', ARGV[6], cmsgpack.pack({type = 'assistant.events', texts = texts}))
-end
 redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -tonumber(ARGV[1]) - 1)
 redis.call('EXPIRE', KEYS[2], ARGV[2])
 redis.call('EXPIRE', KEYS[1], ARGV[2])
+if ARGV[6] ~= '' then
+    redis.call('PUBLISH', ARGV[6], cmsgpack.pack({type = 'assistant.events', texts = texts}))
+end
 return last
 """
 

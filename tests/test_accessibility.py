@@ -200,9 +200,16 @@ def test_the_chat_follows_a_dark_colour_scheme(
 
 RECORD_LIVE_REGIONS = """
 window.__live = [];
+window.__read = [];
 new MutationObserver((changes) => changes.forEach((change) => {
   if (change.target.getAttribute("aria-live")) window.__live.push(change.target.id);
 })).observe(document.body, {attributes: true, attributeFilter: ["aria-live"], subtree: true});
+// what a screen reader hears: text that changed inside a region that is live once it changed
+new MutationObserver((changes) => changes.forEach((change) => {
+  const node = change.target.nodeType === 1 ? change.target : change.target.parentElement;
+  const region = node && node.closest("#messages [aria-live]");
+  if (region) window.__read.push(region.querySelector(".text").textContent);
+})).observe(document.body, {childList: true, characterData: true, subtree: true});
 """
 
 
@@ -217,6 +224,8 @@ def test_only_the_reply_being_streamed_is_a_live_region(
     expect(page.locator(".bubble.assistant .text")).to_have_text("pong for plain")
     reply = Message.objects.get(role="assistant")
     assert page.evaluate("window.__live") == [f"m-{reply.pk}"]
+    # the reply came in one burst: its text was painted while its bubble was still live
+    assert "pong for plain" in [text.strip() for text in page.evaluate("window.__read")]
     expect(
         page.locator("#messages [aria-live], #approvals[aria-live], #messages[aria-live]")
     ).to_have_count(0)

@@ -14,6 +14,8 @@ from django.conf import settings
 from django.test import Client, override_settings
 from pydantic import TypeAdapter
 
+from assistant.broadcast import group_name
+from assistant.consumers import _arrays
 from assistant.dispatch import adispatch
 from assistant.models import AuditEntry, Conversation, Message, PendingAction
 from assistant.turn import TURN_FAILED
@@ -192,6 +194,38 @@ async def test_a_client_that_asks_for_bursts_gets_a_burst_as_one_json_array_of_t
     await send(bursts, type="no_such_frame")
     refused = json.loads(await bursts.receive_from(timeout=WAIT))
     assert refused["value"]["code"] == "unknown_type"
+
+
+def test_a_burst_is_cut_into_arrays_under_the_budget_and_an_event_too_big_goes_alone():
+    texts = ['{"n":1}', '{"n":22}', '{"n":333}', '{"big":"' + "x" * 40 + '"}', '{"n":4}']
+
+    sent = _arrays(texts, budget=24)
+
+    assert sent == ['[{"n":1},{"n":22}]', '[{"n":333}]', texts[3], '[{"n":4}]']
+    assert all(len(frame) <= 24 for frame in sent if frame.startswith("["))
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_burst_larger_than_half_a_mebibyte_reaches_a_bursts_client_in_several_arrays(
+    open_socket, plain_user
+):
+    """daphne sends no frame over 1 MiB: a burst of big outcomes must not kill the socket."""
+    socket = await open_socket(plain_user, subprotocols=["assistant.bursts"])
+    await send(socket, type="message", text="ping")
+    run = json.loads(await socket.receive_from(timeout=WAIT))
+    await turns_ended(WAIT)
+    big = [
+        json.dumps({"type": "CUSTOM", "name": "big", "value": "x" * 300_000, "seq": n})
+        for n in range(1, 5)
+    ]
+    await get_channel_layer().group_send(
+        group_name(run[0]["threadId"]), {"type": "assistant.events", "texts": big}
+    )
+
+    arrays = [json.loads(await socket.receive_from(timeout=WAIT)) for _ in range(4)]
+
+    assert [[event["seq"] for event in array] for array in arrays] == [[1], [2], [3], [4]]
+    assert await socket.receive_nothing(timeout=0.1)
 
 
 @pytest.mark.django_db(transaction=True)

@@ -52,6 +52,7 @@
       if (!state.paused) play();
     };
     socket.onclose = (event) => {
+      play(true);  // what this socket sent shows before its closing is judged
       if (event.code === 4401) {
         setStatus("closed", "signed out");
         location.reload();
@@ -89,19 +90,43 @@
 
   // ---- events -------------------------------------------------------------------------------
 
-  // Frames in order. A burst may hold a whole reply: once a reply's bubble (the live region)
-  // is shown, the rest waits a moment, so screen readers know the region before its text comes.
-  function play() {
+  // Frames in order, each on its own: one that fails to render costs only itself. A burst may
+  // hold a whole reply, and a screen reader reads it only if its bubble is a live region before
+  // the text comes and still is once the text is painted: so the rest of a burst waits a moment
+  // after a reply's start, and again, its text painted, before its end. ``drain`` waits for none.
+  function play(drain) {
     state.paused = false;
+    let handled = 0;
     while (state.inbox.length) {
-      const frame = state.inbox.shift();
-      handle(frame);
-      if (frame.type === "TEXT_MESSAGE_START" && frame.role === "assistant" && state.inbox.length) {
-        state.paused = true;
-        setTimeout(play, 50);
-        return;
+      const frame = state.inbox[0];
+      if (!drain && handled && endsReply(frame)) {
+        render.flush();
+        return pause();
       }
+      state.inbox.shift();
+      handled++;
+      try {
+        handle(frame);
+      } catch (error) {
+        console.error("Showing an event failed", frame.type, error);
+      }
+      if (!drain && startsReply(frame) && state.inbox.length) return pause();
     }
+  }
+
+  function pause() {
+    state.paused = true;
+    setTimeout(play, 50);
+  }
+
+  function startsReply(frame) {
+    return frame.type === "TEXT_MESSAGE_START" && frame.role === "assistant" && frame.threadId === state.conversation;
+  }
+
+  function endsReply(frame) {
+    if (frame.type !== "TEXT_MESSAGE_END" || frame.threadId !== state.conversation) return false;
+    const node = document.getElementById("m-" + frame.messageId);
+    return !!node && node.classList.contains("assistant") && !node.dataset.complete;
   }
 
   function handle(frame) {
