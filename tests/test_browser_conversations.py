@@ -131,3 +131,20 @@ def test_the_header_links_home_to_the_admin_for_staff_and_signs_out(
     expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
     page.goto(f"{asgi_live_server}/assistant/")
     page.wait_for_url(re.compile(r"login/\?next=/assistant/"))  # settings.LOGIN_URL: signed out
+
+
+def test_going_back_to_an_earlier_conversation_shows_its_messages_again(
+    open_chat: Callable[..., Page], make_user: Callable[..., Any]
+) -> None:
+    """The page cleared A's messages to show B: going back asks for them again, not only for
+    what came after the events it had seen."""
+    user = make_user("switcher")
+    page = open_chat(user)
+    first = start(page, "ping", "pong for switcher")
+    start(page, "ping again", "pong for switcher")
+    expect(page.locator("#messages .bubble")).to_have_count(2)
+
+    sidebar(page).locator(f"a[data-id='{first}']").click()
+
+    expect(page.locator("#messages .bubble.user .text")).to_have_text(["ping"])
+    expect(page.locator("#messages .bubble.assistant .text")).to_have_text(["pong for switcher"])

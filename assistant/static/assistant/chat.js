@@ -490,6 +490,7 @@
       ui.empty.hidden = false;
       setRunning(null);
       state.pending.forEach((card, actionId) => removeApproval(actionId));
+      if (id) delete state.lastSeq[id];  // its messages were cleared: ask for them all again
       if (id) resume(id);
     }
     highlight();
