@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 
 from assistant.runner import RUNNING
@@ -88,3 +89,18 @@ async def receive_until(socket: Socket, frame_type: str) -> list[dict[str, Any]]
 
 async def send(socket: Socket, **content: Any) -> None:
     await socket.send_json_to(content)
+
+
+def count_group_sends(monkeypatch: Any) -> list[int]:
+    """How many frames each burst the layer's ``group_send`` carried (from now on)."""
+    layer = get_channel_layer()
+    carried: list[int] = []
+    group_send = layer.group_send
+
+    async def counted(group: str, message: dict[str, Any]) -> None:
+        if message["type"] == "assistant.events":
+            carried.append(len(message["texts"]))
+        await group_send(group, message)
+
+    monkeypatch.setattr(layer, "group_send", counted)
+    return carried

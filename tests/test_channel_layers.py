@@ -31,7 +31,16 @@ from assistant.models import AuditEntry, Conversation, Message
 from tests.channel_layers import REDIS_CHANNEL_LAYERS
 from tests.channel_layers import redis_channel_layer as redis_channel_layer_config
 from tests.conftest import REDIS_URL, perm
-from tests.sockets import WAIT, kind, kinds, receive, receive_run, receive_until, send
+from tests.sockets import (
+    WAIT,
+    count_group_sends,
+    kind,
+    kinds,
+    receive,
+    receive_run,
+    receive_until,
+    send,
+)
 from tests.test_websocket import PING_RUN, stored
 
 pytestmark = pytest.mark.redis
@@ -95,23 +104,6 @@ async def test_a_message_streams_the_same_run_over_the_redis_channel_layer(
         ("user", "ping", "complete"),
         ("assistant", "pong for plain", "complete"),
     ] * 2
-
-
-def count_group_sends(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many frames each burst the layer's ``group_send`` carried (from now on)."""
-    from channels.layers import get_channel_layer
-
-    layer = get_channel_layer()
-    carried: list[int] = []
-    group_send = layer.group_send
-
-    async def counted(group: str, message: dict[str, Any]) -> None:
-        if message["type"] == "assistant.events":
-            carried.append(len(message["texts"]))
-        await group_send(group, message)
-
-    monkeypatch.setattr(layer, "group_send", counted)
-    return carried
 
 
 @pytest.mark.django_db(transaction=True)

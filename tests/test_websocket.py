@@ -22,6 +22,7 @@ from assistant.turn import TURN_FAILED
 from tests.sockets import (
     WAIT,
     Socket,
+    count_group_sends,
     kind,
     kinds,
     only,
@@ -131,16 +132,7 @@ async def test_a_quick_run_goes_out_as_one_burst_when_it_ends_not_when_the_windo
     settings, open_socket, plain_user, monkeypatch
 ):
     settings.ASSISTANT = {**settings.ASSISTANT, "BURST_WINDOW": 60}
-    layer = get_channel_layer()
-    bursts: list[int] = []
-    group_send = layer.group_send
-
-    async def counted(group: str, message: dict[str, Any]) -> None:
-        if message["type"] == "assistant.events":
-            bursts.append(len(message["texts"]))
-        await group_send(group, message)
-
-    monkeypatch.setattr(layer, "group_send", counted)
+    bursts = count_group_sends(monkeypatch)
     socket = await open_socket(plain_user)
 
     await send(socket, type="message", text="ping")

@@ -45,6 +45,7 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ws_load
@@ -70,18 +71,23 @@ async def client(
         await go.wait()
         conversation = None
         for _ in range(messages):
-            frame: dict[str, object] = {"type": "message", "text": "who am i"}
-            if conversation:
-                frame["conversation"] = conversation
-            await ws.send(json.dumps(frame))
-            async for event in ws_load.events(ws):
-                if event["type"] == "RUN_FINISHED":
-                    conversation = event["threadId"]
-                    finished += 1
-                    break
-                if event["type"] == "RUN_ERROR" or event.get("name") == "assistant.error":
-                    raise RuntimeError(event)
+            conversation = await one_turn(ws, conversation)
+            finished += 1
     return finished
+
+
+async def one_turn(ws: Any, conversation: str | None) -> str:
+    """Send a "who am i" turn and read its run to the end; the conversation it went to."""
+    frame: dict[str, object] = {"type": "message", "text": "who am i"}
+    if conversation:
+        frame["conversation"] = conversation
+    await ws.send(json.dumps(frame))
+    async for event in ws_load.events(ws):
+        if event["type"] == "RUN_FINISHED":
+            return str(event["threadId"])
+        if event["type"] == "RUN_ERROR" or event.get("name") == "assistant.error":
+            raise RuntimeError(event)
+    raise AssertionError("unreachable: events() ends only by raising")
 
 
 def db_counts(port: int) -> dict[str, int]:
@@ -125,17 +131,8 @@ async def looping_client(
     async with ws_load.connect(url, session, open_timeout=60, bursts=bursts) as ws:
         conversation = None
         while not stop.is_set():
-            frame: dict[str, object] = {"type": "message", "text": "who am i"}
-            if conversation:
-                frame["conversation"] = conversation
-            await ws.send(json.dumps(frame))
-            async for event in ws_load.events(ws):
-                if event["type"] == "RUN_FINISHED":
-                    conversation = event["threadId"]
-                    done[0] += 1
-                    break
-                if event["type"] == "RUN_ERROR" or event.get("name") == "assistant.error":
-                    raise RuntimeError(event)
+            conversation = await one_turn(ws, conversation)
+            done[0] += 1
 
 
 async def together(
