@@ -64,9 +64,8 @@ DRAIN_PATIENCE = 2.0  # seconds a socket past its cap may go without the client 
 # A client that offers this websocket subprotocol receives each burst of a run's events as one
 # message, a JSON array of AG-UI events; without it, every event is a message of its own.
 BURSTS = "assistant.bursts"
-BURST_MAX_BYTES = (
-    SNAPSHOT_MAX_BYTES  # a burst's frame stays far below daphne's 1 MiB, as a snapshot
-)
+# ... in arrays of at most this much: far below daphne's 1 MiB, as a snapshot
+BURST_MAX_BYTES = SNAPSHOT_MAX_BYTES
 
 
 class AssistantConsumer(AsyncWebsocketConsumer):
