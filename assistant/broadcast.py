@@ -28,46 +28,40 @@ def group_name(thread_id: Any) -> str:
 
 
 class Publisher:
-    """Numbers a turn's frames, keeps them for replay and sends them, in order, in bursts."""
+    """Numbers a turn's frames, keeps them for replay and sends them, in order, in bursts.
+
+    A burst gathers for ``ASSISTANT["BURST_WINDOW"]`` seconds or until ``close``. A turn that
+    ends sooner is one burst, sent by ``close`` in the turn's own task; a longer turn's earlier
+    bursts go out from a task the window's timer starts, one after another.
+    """
 
     def __init__(self, thread_id: str) -> None:
         self.thread_id = thread_id
         self._pending: list[dict[str, Any]] = []
-        self._wakeup = asyncio.Event()
+        self._timer: asyncio.TimerHandle | None = None  # the gathering burst's window
+        self._task: asyncio.Task[None] | None = None  # sending a burst whose window ended
         self._closing = False
-        self._task: asyncio.Task[None] | None = None
-        self._nap: asyncio.Future[None] | None = None  # gathering a burst; close() ends it
         self._scrub: Callable[[str], str] | None = None
 
     def put(self, frame: dict[str, Any]) -> None:
         self._pending.append(frame)
-        self._wakeup.set()
-        if self._task is None:
-            self._task = asyncio.ensure_future(self._run())
+        if self._timer is None and self._task is None and not self._closing:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(assistant_settings.BURST_WINDOW, self._window_ended)
 
-    async def _run(self) -> None:
-        while True:
-            await self._wakeup.wait()
-            self._wakeup.clear()
-            if not self._closing:
-                await self._gather()
-            batch, self._pending = self._pending, []
-            if batch:
-                await self._send(batch)
-            if self._closing and not self._pending:
-                return
+    def _window_ended(self) -> None:
+        self._timer = None
+        self._task = asyncio.ensure_future(self._send_due())
 
-    async def _gather(self) -> None:
-        """Wait ``ASSISTANT["BURST_WINDOW"]`` for more frames, or until the turn closes: a turn
-        that ends sooner is one burst, however long its steps wait on a busy process."""
-        loop = asyncio.get_running_loop()
-        self._nap = nap = loop.create_future()
-        timer = loop.call_later(assistant_settings.BURST_WINDOW, _wake, nap)
+    async def _send_due(self) -> None:
         try:
-            await nap
+            batch, self._pending = self._pending, []
+            await self._send(batch)
         finally:
-            timer.cancel()
-            self._nap = None
+            self._task = None
+            if self._pending and not self._closing:  # put meanwhile: they gather a window too
+                loop = asyncio.get_running_loop()
+                self._timer = loop.call_later(assistant_settings.BURST_WINDOW, self._window_ended)
 
     async def _send(self, batch: list[dict[str, Any]]) -> None:
         # A turn's outcome never depends on publishing: a failure is logged, the turn goes on
@@ -115,11 +109,14 @@ class Publisher:
     async def close(self) -> None:
         """Send whatever is still pending and stop; every frame has its ``seq`` afterwards."""
         self._closing = True
-        self._wakeup.set()
-        if self._nap is not None:
-            _wake(self._nap)
-        if self._task is not None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._task is not None:  # the burst before goes first
             await asyncio.shield(self._task)
+        batch, self._pending = self._pending, []
+        if batch:
+            await self._send(batch)
         if self._scrub is not None:
             try:
                 await event_log().redact(self.thread_id, self._scrub)
@@ -168,8 +165,3 @@ def _refused(exc: Exception) -> bool:
     from redis.exceptions import ResponseError
 
     return isinstance(exc, ResponseError)
-
-
-def _wake(nap: asyncio.Future[None]) -> None:
-    if not nap.done():
-        nap.set_result(None)

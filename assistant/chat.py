@@ -476,6 +476,23 @@ class Launch:
         finally:
             self._go.set()
 
+    def go(self) -> None:
+        """Let the run begin (what the end of ``start``'s block does)."""
+        self._go.set()
+
+    def when_stored(self, callback: Callable[[Conversation | None], None]) -> None:
+        """``start`` without a task: call ``callback`` with the conversation once the turn is
+        stored (None: it was refused), from the event loop; the run waits for ``go``."""
+
+        def stored(future: asyncio.Future[Conversation]) -> None:
+            try:
+                callback(None if future.exception() else future.result())
+            except Exception:
+                logger.exception("A launched turn's callback failed; the run begins")
+                self.go()
+
+        self._stored.add_done_callback(stored)
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Run:

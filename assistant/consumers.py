@@ -377,6 +377,15 @@ class AssistantConsumer(AsyncWebsocketConsumer):
             session=self.tools,
             run=run,
         )
+        launched.when_stored(functools.partial(self.joined, launched))
+
+    def joined(self, launched: Launch, conversation: Conversation | None) -> None:
+        """A turn on a conversation this socket watches already runs at once; otherwise a task
+        joins its conversation first (or tells the client why it was refused)."""
+        if conversation is not None and str(conversation.pk) in self.watching:
+            self.current = str(conversation.pk)
+            launched.go()
+            return
         keep(asyncio.ensure_future(self.join(launched)))
 
     async def join(self, launched: Launch) -> None:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
 
 from assistant.chat import arun_turn
-from assistant.dispatch import adispatch, dispatch
+from assistant.dispatch import DispatchCancelled, adispatch, dispatch, in_one_hop
 from assistant.models import AuditEntry
+from tests.sockets import WAIT
 
 
 def assert_timed_out(outcome: Any, elapsed: float) -> None:
@@ -62,3 +67,54 @@ async def test_the_user_is_told_when_a_tool_timed_out(diagnostician: Any) -> Non
     assert time.monotonic() - started < 1
     assert [o.decision for o in result.outcomes] == ["timeout"]
     assert "overrun took longer than 0.2 s and was stopped." in result.assistant_message.text
+
+
+# -- a stop while the sync pipeline has its hop ----------------------------------------------
+
+
+async def _attempt(work: Any) -> Any:
+    """Run ``work`` as dispatch runs a sync pipeline; what it returned, or how it was stopped."""
+    try:
+        return await in_one_hop(work)
+    except asyncio.CancelledError as stopped:
+        return stopped
+
+
+async def test_a_stop_while_the_pipeline_runs_waits_for_what_it_decided() -> None:
+    began, release = threading.Event(), threading.Event()
+
+    def work() -> str:
+        began.set()
+        release.wait(WAIT)
+        return "audited outcome"
+
+    attempt = asyncio.ensure_future(_attempt(work))
+    assert await asyncio.to_thread(began.wait, WAIT)
+    attempt.cancel()  # (a thread cannot be interrupted: the hop's result is waited for)
+    await asyncio.sleep(0.05)
+    release.set()
+
+    stopped = await attempt
+    assert isinstance(stopped, DispatchCancelled)
+    assert stopped.outcome == "audited outcome"
+
+
+async def test_a_stop_before_the_thread_took_the_pipeline_up_means_it_never_runs() -> None:
+    ran: list[str] = []
+    release = threading.Event()
+    lane = ThreadPoolExecutor(max_workers=1)
+    try:
+        async with ThreadSensitiveContext(executor=lane):
+            busy = asyncio.ensure_future(sync_to_async(release.wait)(WAIT))  # the lane's thread
+            attempt = asyncio.ensure_future(_attempt(lambda: ran.append("ran") or "outcome"))
+            await asyncio.sleep(0.05)
+            attempt.cancel()
+            stopped = await attempt
+            release.set()
+            await busy
+            await sync_to_async(lambda: None)()  # the thread is free: nothing left queued ran
+    finally:
+        lane.shutdown()
+
+    assert type(stopped) is asyncio.CancelledError  # nothing was decided: nothing to wait for
+    assert ran == []

@@ -25,6 +25,12 @@ bursts a turn at 50 clients, now 1.1) and dispatch did less per call (README, "W
 costs"). ``ASSISTANT_MAX_CONCURRENT_TURNS=1`` in the environment gives 1.66x: concurrency costs
 about 0.7 ms a turn.
 
+``--count-loop`` also counts, per turn and by kind, the server's event-loop callbacks (a task's
+step is one) and thread hops: figures the machine's speed does not move (the counting itself
+slows every callback a little, so read CPU figures from a run without it). 2026-12-02: the
+floor 19 callbacks and 2.2 hops a turn, ours 70 and 3.3 before that day's changes, 62 and 3.2
+after.
+
 ``--together SECONDS`` runs the three sides at once instead, each on a daphne process of its
 own with ``--clients`` clients of its own sending turns back to back, and measures each
 process's CPU over the same window of SECONDS (a round; round 0 warms up). A machine whose speed
@@ -90,20 +96,36 @@ async def one_turn(ws: Any, conversation: str | None) -> str:
     raise AssertionError("unreachable: events() ends only by raising")
 
 
-def db_counts(port: int) -> dict[str, int]:
-    """The server process's database queries and commits so far (floor_asgi counts them)."""
+def db_counts(port: int) -> dict[str, Any]:
+    """The server process's database queries and commits so far (floor_asgi counts them), and
+    with ``--count-loop`` its loop callbacks and thread hops by kind."""
     import urllib.request
 
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/bench/db/", timeout=10) as response:
-        counted: dict[str, int] = json.loads(response.read())
+        counted: dict[str, Any] = json.loads(response.read())
+    return counted
+
+
+def per_turn(before: dict[str, Any], after: dict[str, Any], turns: int) -> dict[str, Any]:
+    """What was counted between two readings, per turn (the kinds of callbacks as a dict)."""
+    kinds = {
+        kind: (n - before["kinds"].get(kind, 0)) / max(1, turns)
+        for kind, n in after["kinds"].items()
+    }
+    counted: dict[str, Any] = {
+        key: (after[key] - before[key]) / max(1, turns) for key in ("queries", "commits")
+    }
+    counted["hops"] = kinds.pop("(thread hop)", 0.0)
+    counted["callbacks"] = sum(kinds.values())
+    counted["kinds"] = kinds
     return counted
 
 
 async def side(
     pid: int, port: int, url: str, sessions: list[str], messages: int, bursts: bool
-) -> tuple[float, int, dict[str, float]]:
+) -> tuple[float, int, dict[str, Any]]:
     """CPU seconds of the server per turn on one side, the turns that finished, and the
-    queries and commits per turn."""
+    queries and commits (and loop callbacks) per turn."""
     connected = asyncio.Barrier(len(sessions) + 1)
     go = asyncio.Event()
     clients = [
@@ -116,12 +138,11 @@ async def side(
     go.set()
     results = await asyncio.gather(*clients, return_exceptions=True)
     used = ws_load.cpu_seconds(pid) - before
-    counted = {key: value - counted[key] for key, value in db_counts(port).items()}
     failures = [r for r in results if isinstance(r, BaseException)]
     for failure in failures[:3]:
         print("  client failed:", repr(failure)[:200])
     turns = sum(r for r in results if isinstance(r, int))
-    return used / max(1, turns), turns, {key: n / max(1, turns) for key, n in counted.items()}
+    return used / max(1, turns), turns, per_turn(counted, db_counts(port), turns)
 
 
 async def looping_client(
@@ -190,7 +211,15 @@ def main() -> None:
         "its own, and measure each over the same window of SECONDS, every round (for a machine "
         "whose speed swings between rounds)",
     )
+    parser.add_argument(
+        "--count-loop",
+        action="store_true",
+        help="count the server's event-loop callbacks and thread hops per turn, by kind (a "
+        "figure the machine's speed does not move; counting slows the server a little)",
+    )
     args = parser.parse_args()
+    if args.count_loop:
+        ws_load.os.environ["BENCH_COUNT_LOOP"] = "1"
     if args.together:
         run_together(args)
         return
@@ -229,6 +258,13 @@ def main() -> None:
                 f"median {statistics.median(values) * 1000:.2f} ms; "
                 f"{db[name]['queries']:.2f} queries, {db[name]['commits']:.2f} transactions"
             )
+            if args.count_loop:
+                kinds = sorted(db[name]["kinds"].items(), key=lambda item: -item[1])
+                print(
+                    f"    {db[name]['callbacks']:.1f} loop callbacks and {db[name]['hops']:.2f} "
+                    "thread hops per turn; the most: "
+                    + ", ".join(f"{kind} {n:.1f}" for kind, n in kinds[:8] if n >= 0.05)
+                )
         if args.only:
             return
         floor = figures["floor"]
