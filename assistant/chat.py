@@ -36,11 +36,21 @@ from .lifecycle import ToolSession, new_session
 from .models import AuditEntry, Conversation, Job, Message, PendingAction
 from .permissions import refresh_access
 from .planner import KeywordPlanner, get_planner
+from .planner.keywords import Intent
+from .redaction import redact_text
 from .registry import ToolRegistry, ToolResult, registry
 from .runner import Hygiene, keep, lane, loop_state, request_stop
 from .storable import storable_text
 from .tokens import Ceiling
-from .turn import CLIENT_TOOL, ClientResult, ClientTool, Turn, nested_savepoint
+from .turn import (
+    CLIENT_TOOL,
+    ClientResult,
+    ClientTool,
+    Turn,
+    nested_savepoint,
+    secrets_of,
+    short_title,
+)
 
 logger = logging.getLogger("assistant.chat")
 FRAME_FAILED = "Something went wrong; please try again."
@@ -204,16 +214,26 @@ def stored_key(user: Any, idempotency_key: Any) -> str | None:
 
 
 def start_turn(
-    user: Any, text: str, conversation: Conversation | Any = None, idempotency_key: Any = None
+    user: Any,
+    text: str,
+    conversation: Conversation | Any = None,
+    idempotency_key: Any = None,
+    *,
+    secrets: set[str] | None = None,
 ) -> tuple[Conversation, Message]:
     """Store the user's message (and a new conversation) before anything else can fail.
 
     ``text`` is what ``check_message`` returned. ``conversation`` is one the caller already
     checked belongs to ``user``, an id to check, or None for a new conversation. A new
     conversation gets its title once the planner had the chance to find secrets in the
-    message (``Turn.show_user_message``).
+    message (``Turn.show_user_message``); with ``secrets`` (a planner that planned already
+    found these), the message is stored redacted and a new conversation with its title.
     """
     key = stored_key(user, idempotency_key)
+    title = ""
+    if secrets is not None:
+        text = redact_text(text, secrets)
+        title = short_title(text)
     # A new conversation and its first message are stored together; a message alone needs no
     # transaction of its own (no BEGIN and COMMIT round trips).
     new = conversation._state.adding if isinstance(conversation, Conversation) else not conversation
@@ -221,11 +241,12 @@ def start_turn(
         with transaction.atomic() if new else nested_savepoint():
             if isinstance(conversation, Conversation):
                 if conversation._state.adding:  # a new thread's (``thread_conversation``)
+                    conversation.title = conversation.title or title
                     conversation.save(force_insert=True)
             elif conversation:
                 conversation = conversation_for(user, conversation)
             else:
-                conversation = Conversation.objects.create(user=user)
+                conversation = Conversation.objects.create(user=user, title=title)
             message = Message.objects.create(
                 conversation=conversation, role=Message.Role.USER, text=text, idempotency_key=key
             )
@@ -561,6 +582,8 @@ async def _in_lane(
                     cancel=cancel,
                     run_id=run.run_id,
                     admit=run.admit,
+                    ceiling=run.ceiling,
+                    client=run.client,
                 )
             except Exception as exc:
                 launched._stored.set_exception(_refusal(exc, request))
@@ -568,8 +591,6 @@ async def _in_lane(
                 return None
             turn.listener = run.listener
             turn.hygiene = hygiene
-            if run.ceiling is not None or run.client:
-                turn.ceiling, turn.client = run.ceiling, run.client
             launched._stored.set_result(turn.conversation)
             await launched._go.wait()
             if isinstance(request, Resumption):
@@ -602,8 +623,11 @@ def _begin(
     cancel: CancellationToken,
     run_id: str | None = None,
     admit: Callable[[Any], None] | None = None,
+    ceiling: Ceiling | None = None,
+    client: str = "",
 ) -> Turn:
     hygiene.begin()
+    planned = None
     if admit is not None:
         admit(user)
     if isinstance(request, ActionAnswer):
@@ -631,7 +655,11 @@ def _begin(
     elif isinstance(request, ToolResults):
         conversation, message = request.conversation, None
     else:
-        conversation, message = start_turn(user, request.text, request.conversation)
+        planned = _plan_ahead(user, request.text, session, ceiling)
+        secrets = None if planned is None else secrets_of(planned)
+        conversation, message = start_turn(
+            user, request.text, request.conversation, secrets=secrets
+        )
     turn = Turn(
         user=user,
         conversation=conversation,
@@ -641,24 +669,33 @@ def _begin(
         session=session,
         cancel=cancel,
         run_id=run_id,
+        ceiling=ceiling,
+        client=client,
     )
     if isinstance(request, NewMessage | ToolResults):
         turn.client_tools = request.client_tools
     if isinstance(request, ToolResults):
         turn.client_results = request.results
-    if isinstance(request, NewMessage):
-        _plan_now(turn)
+    if planned is not None:
+        turn.planned = planned
     return turn
 
 
-def _plan_now(turn: Turn) -> None:
-    """The keyword planner plans in the turn's first hop, saving the run a hop of its own (a
-    plan that fails here is made again in the run, which then fails as it would)."""
+def _plan_ahead(
+    user: Any, text: str, session: ToolSession | None, ceiling: Ceiling | None
+) -> list[Intent] | None:
+    """The keyword planner plans in the turn's first hop, before the message is stored: the
+    run needs no hop of its own for it, and the message and a new conversation's title are
+    stored redacted at once. None for other planners, or when planning fails here (the run
+    plans again, and fails as it would)."""
     planner = get_planner()
-    if isinstance(planner, KeywordPlanner):
-        refresh_access(turn.user)
-        with contextlib.suppress(Exception):
-            planner.plan_in_thread(turn)
+    if not isinstance(planner, KeywordPlanner):
+        return None
+    refresh_access(user)
+    try:
+        return planner.plan_text(text, user, session, ceiling)
+    except Exception:
+        return None
 
 
 def _refusal(exc: Exception, request: Request) -> AssistantError:

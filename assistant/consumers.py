@@ -158,7 +158,7 @@ class AssistantConsumer(AsyncWebsocketConsumer):
             logger.exception("Joining the control group failed; permission news will wait")
         # The first turn reads the user again (they were read before we listened), and later
         # turns again once permissions change or the reading grows old.
-        reread_access(self.user)
+        reread_access(self.user, shared=True)
         # A chat session begins: its toolsets start in the background (not_ready meanwhile).
         bind_process_session()
         self.tools = new_session()

@@ -7,8 +7,8 @@ import threading
 import time
 import weakref
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, cast
 
 from asgiref.sync import sync_to_async
 from django.apps import apps
@@ -100,11 +100,18 @@ class UserAccess:
     perms: frozenset[str]
     _object_perms: frozenset[str] | None = field(default=None)
     _allowed: dict[tuple[Any, ...], tuple[AssistantTool, ...]] = field(default_factory=dict)
+    _origin: UserAccess | None = None  # the snapshot this one was shared from (``_adopt``)
 
     def object_perms(self) -> frozenset[str]:
         """Permissions the user holds on at least one object (through django-guardian)."""
         if self._object_perms is None:
-            self._object_perms = _load_object_perms(self.user)
+            origin = self._origin
+            if origin is not None and origin._object_perms is not None:
+                self._object_perms = origin._object_perms
+            else:
+                self._object_perms = _load_object_perms(self.user)
+                if origin is not None:
+                    origin._object_perms = self._object_perms
         return self._object_perms
 
     def allowed(self, site: ToolRegistry) -> tuple[AssistantTool, ...]:
@@ -143,14 +150,78 @@ def access_for(user: Any) -> UserAccess:
     if not getattr(user, RELOAD_ATTRIBUTE, False):
         return getattr(user, ACCESS_ATTRIBUTE, None) or _load_access(user)
     with _reload_lock(user):
-        if getattr(user, RELOAD_ATTRIBUTE, False):  # (not done by the other turn meanwhile)
+        reload = getattr(user, RELOAD_ATTRIBUTE, False)
+        if reload:  # (not done by the other turn meanwhile)
+            with contextlib.suppress(AttributeError):
+                delattr(user, RELOAD_ATTRIBUTE)
+            if reload is SHARED and _adopt(user):
+                return cast(UserAccess, getattr(user, ACCESS_ATTRIBUTE))
             stamp = (access_generation(), time.monotonic())  # before reading: conservative
             _reload_flags(user)
             forget_access(user)
             setattr(user, STAMP_ATTRIBUTE, stamp)
-            with contextlib.suppress(AttributeError):
-                delattr(user, RELOAD_ATTRIBUTE)
+            access = _load_access(user)
+            _share(user, stamp, access)
+            return access
         return getattr(user, ACCESS_ATTRIBUTE, None) or _load_access(user)
+
+
+# A process shares what it read of a user between that user's objects (their sockets, a page
+# reloaded): a reading as fresh as ``refresh_access`` would trust, of the same flags, read while
+# permission news reached this process, serves another object's first check with no query.
+SHARED = "shared"  # RELOAD_ATTRIBUTE's value when a shared reading will do
+SHARED_MAX = 10_000  # users whose readings are kept; the oldest go first
+_shared: dict[Any, tuple[tuple[int, float], tuple[Any, ...], UserAccess]] = {}
+_news_since: float | None = None  # since when permission news reaches this process
+_shared_lock = threading.Lock()
+
+
+def hearing_news(listening: bool = True) -> None:
+    """A control channel began to listen (or could not): readings from before are shared no
+    more (nor any, while none listens)."""
+    global _news_since
+    with _shared_lock:
+        _news_since = time.monotonic() if listening else None
+        _shared.clear()
+
+
+def _shared_key(user: Any) -> tuple[Any, str]:
+    # (the username too: a key a deleted user's reading could pass to a new one is unlikely)
+    return (user.pk, user.get_username())
+
+
+def _flags(user: Any) -> tuple[Any, ...]:
+    return tuple(getattr(user, flag, None) for flag in USER_FLAGS)
+
+
+def _share(user: Any, stamp: tuple[int, float], access: UserAccess) -> None:
+    if _news_since is None or stamp[1] < _news_since or not access.authenticated:
+        return
+    with _shared_lock:
+        key = _shared_key(user)
+        _shared.pop(key, None)
+        _shared[key] = (stamp, _flags(user), access)
+        while len(_shared) > SHARED_MAX:
+            _shared.pop(next(iter(_shared)), None)
+
+
+def _adopt(user: Any) -> bool:
+    """Take another object's fresh reading of this user, if there is one and it still holds."""
+    entry = _shared.get(_shared_key(user))
+    if entry is None:
+        return False
+    stamp, flags, origin = entry
+    generation, read_at = stamp
+    fresh = generation == access_generation() and (
+        time.monotonic() - read_at < assistant_settings.ACCESS_MAX_AGE
+    )
+    # flags this object read since (say, a deactivation that sent no signal) win: read again
+    if not fresh or flags != _flags(user) or _news_since is None or read_at < _news_since:
+        return False
+    forget_access(user)
+    setattr(user, STAMP_ATTRIBUTE, stamp)
+    setattr(user, ACCESS_ATTRIBUTE, replace(origin, user=user, _origin=origin))
+    return True
 
 
 def _load_access(user: Any) -> UserAccess:
@@ -210,13 +281,17 @@ def refresh_access(user: Any) -> None:
     max_age = assistant_settings.ACCESS_MAX_AGE
     if generation == access_generation() and time.monotonic() - read_at < max_age:
         return
-    setattr(user, RELOAD_ATTRIBUTE, True)
+    setattr(user, RELOAD_ATTRIBUTE, SHARED)
 
 
-def reread_access(user: Any) -> None:
-    """Make the next check read this user's flags and permissions again, fresh or not."""
+def reread_access(user: Any, *, shared: bool = False) -> None:
+    """Make the next check read this user's flags and permissions again, fresh or not.
+
+    ``shared``: a fresh reading another object of the user's made in this process will do
+    (a new socket's user, read before it listened for permission news).
+    """
     if user is not None and getattr(user, "pk", None) is not None:
-        setattr(user, RELOAD_ATTRIBUTE, True)
+        setattr(user, RELOAD_ATTRIBUTE, SHARED if shared else True)
 
 
 _locks_guard = threading.Lock()
@@ -256,6 +331,8 @@ def access_changed() -> None:
     """Make every access snapshot in this process stale (the next reading reloads)."""
     global _generation
     _generation += 1
+    with _shared_lock:
+        _shared.clear()
 
 
 def denials(access: UserAccess, tool: AssistantTool, instance: Any = None) -> tuple[str, ...]:

@@ -24,7 +24,7 @@ from django.db import close_old_connections, connections, transaction
 from django.db.models.signals import m2m_changed, post_delete, post_save
 
 from .conf import assistant_settings
-from .permissions import USER_FLAGS, access_changed
+from .permissions import USER_FLAGS, access_changed, hearing_news
 
 if TYPE_CHECKING:
     from .cancellation import CancellationToken
@@ -74,6 +74,7 @@ class Control:
                 channel = await layer.new_channel()
                 await layer.group_add(CONTROL_GROUP, channel)
             except BaseException as exc:
+                hearing_news(False)
                 self._ready = None
                 ready.set_exception(exc)
                 ready.exception()  # whoever waits on it raises; nothing left unretrieved
@@ -82,6 +83,7 @@ class Control:
                 asyncio.ensure_future(self._listen(channel)),
                 asyncio.ensure_future(self._rejoin(channel)),
             ]
+            hearing_news()
             self._ready.set_result(channel)
         await self._ready
 

@@ -110,6 +110,14 @@ def nested_savepoint() -> contextlib.AbstractContextManager[Any]:
     return contextlib.nullcontext()
 
 
+def secrets_of(intents: Any, site: ToolRegistry = registry) -> set[str]:
+    """What the sensitive entities of planned intents hold (as ``Turn.identify`` learns it)."""
+    secrets: set[str] = set()
+    for intent in intents:
+        secrets |= sensitive_values(site.find(intent.operation), intent.entities)
+    return secrets
+
+
 def settled(message: Message, conversation: Conversation, secrets: set[str]) -> tuple[str, str]:
     """The user's message redacted, and the conversation's title by it (a new one's first)."""
     before = message.text

@@ -12,6 +12,7 @@ from asgiref.sync import SyncToAsync
 from django.contrib.auth.models import Group, Permission
 from django.db import connection, connections
 
+from assistant.permissions import access_changed
 from assistant.runner import RUNNING
 from tests import sockets
 from tests.channel_layers import REDIS_CHANNEL_LAYERS
@@ -28,6 +29,14 @@ def _requires_postgres(request: pytest.FixtureRequest) -> None:
         if REQUIRE_SERVICES:
             pytest.fail(f"ASSISTANT_REQUIRE_SERVICES=1: {reason}")
         pytest.skip(reason)
+
+
+@pytest.fixture(autouse=True)
+def _forget_shared_access() -> Iterator[None]:
+    """A test's database is rolled back without a signal: no reading of a user it made is shared
+    with the next test's user of the same id."""
+    yield
+    access_changed()
 
 
 @pytest.fixture(autouse=True)

@@ -22,6 +22,7 @@ from django.db import connection, connections
 from django.test import Client
 from guardian.shortcuts import assign_perm, remove_perm
 
+from assistant import permissions
 from assistant.models import AuditEntry
 from assistant.permissions import (
     access_changed,
@@ -653,3 +654,113 @@ async def test_staff_demoted_while_the_chat_is_open_can_no_longer_cancel_other_u
     assert calls(after) == [("ping", "executed")]
     job = await Job.objects.aget(pk=job.pk)
     assert (job.status, job.cancel_requested) == ("queued", False)
+
+
+# -- one user's readings, shared between their objects in a process ---------------------------
+
+
+@pytest.fixture
+def hearing_news() -> Iterator[None]:
+    """What a process's control channel does once it listens: permission news reaches it."""
+    permissions.hearing_news()
+    yield
+    permissions.hearing_news(False)
+
+
+def a_new_socket(user: Any) -> Any:
+    """A socket that connects: its user loaded again, read again at its first turn, where a
+    fresh reading of the same user in this process may do."""
+    other = fetch(user)
+    reread_access(other, shared=True)
+    return other
+
+
+@pytest.mark.django_db
+def test_a_users_second_socket_takes_the_first_sockets_fresh_reading_without_a_query(
+    reader, hearing_news, django_assert_num_queries
+):
+    first = a_new_socket(reader)
+    assert VIEW in access_for(first).perms
+    second = a_new_socket(reader)
+
+    with django_assert_num_queries(0):
+        access = access_for(second)
+        assert can_use_tool(second, registry.get("list_orders"))
+
+    assert VIEW in access.perms
+    assert access.user is second
+
+
+@pytest.mark.django_db
+def test_a_users_object_permissions_are_read_once_for_all_their_sockets(
+    reader, hearing_news, django_assert_num_queries
+):
+    order = Order.objects.create(reference="ORD-1")
+    assign_perm("testapp.change_order", reader, order)
+    first = a_new_socket(reader)
+    assert "testapp.change_order" in access_for(first).object_perms()
+    second = a_new_socket(reader)
+
+    with django_assert_num_queries(0):
+        assert "testapp.change_order" in access_for(second).object_perms()
+
+
+@pytest.mark.django_db
+def test_a_socket_whose_user_was_deactivated_without_a_signal_reads_again_and_is_refused(
+    reader, hearing_news
+):
+    assert access_for(a_new_socket(reader)).active
+    User.objects.filter(pk=reader.pk).update(is_active=False)  # no signal: the reading stays
+
+    second = a_new_socket(reader)  # (its user, loaded since, is inactive)
+
+    assert not access_for(second).active
+    assert not can_use_tool(second, registry.get("ping"))
+
+
+@pytest.mark.django_db
+def test_after_permissions_changed_a_new_socket_reads_the_database_again(
+    reader, hearing_news, django_assert_max_num_queries
+):
+    access_for(a_new_socket(reader))
+    User.user_permissions.through.objects.filter(user_id=reader.pk).delete()  # no signal
+    access_changed()  # (what the change's signal, or news of it from another process, does)
+
+    second = a_new_socket(reader)
+
+    assert access_for(second).perms == frozenset()
+    assert not can_use_tool(second, registry.get("list_orders"))
+
+
+@pytest.mark.django_db
+def test_a_reading_older_than_access_max_age_is_not_shared(settings, reader, hearing_news):
+    access_for(a_new_socket(reader))
+    User.user_permissions.through.objects.filter(user_id=reader.pk).delete()  # no signal
+    settings.ASSISTANT = {**settings.ASSISTANT, "ACCESS_MAX_AGE": 0}
+
+    assert access_for(a_new_socket(reader)).perms == frozenset()
+
+
+@pytest.mark.django_db
+def test_a_confirmation_reads_the_user_afresh_even_beside_a_shared_reading(reader, hearing_news):
+    socket_user = a_new_socket(reader)
+    access_for(socket_user)
+    User.user_permissions.through.objects.filter(user_id=reader.pk).delete()  # no signal
+    other = a_new_socket(reader)
+    assert VIEW in access_for(other).perms  # (fresh, and shared: the change is not seen yet)
+
+    reread_access(other)  # what a confirm does, at the moment the action would run
+
+    assert access_for(other).perms == frozenset()
+
+
+@pytest.mark.django_db
+def test_readings_made_while_no_permission_news_reached_the_process_are_not_shared(
+    reader, django_assert_num_queries
+):
+    permissions.hearing_news(False)  # (no control channel listens here)
+    access_for(a_new_socket(reader))
+    second = a_new_socket(reader)
+
+    with django_assert_num_queries(3):  # the flags, the user's and the groups' permissions
+        access_for(second)

@@ -308,6 +308,36 @@ async def test_a_secret_sent_over_the_websocket_is_nowhere_in_clear(keeper, supe
 
 
 @pytest.mark.django_db(transaction=True)
+async def test_a_secret_sent_over_the_websocket_is_never_written_in_clear_even_for_a_moment(
+    keeper, monkeypatch
+):
+    # The keyword planner finds the secret before the message is stored: the message and the
+    # new conversation's title go to the database redacted (no clear row for a crash to keep).
+    from django.db.backends.utils import CursorWrapper
+
+    written: list[str] = []
+    execute = CursorWrapper._execute
+
+    def recording(self: Any, sql: str, params: Any, *args: Any) -> Any:
+        if sql.lstrip().upper().startswith(("INSERT", "UPDATE")):
+            written.append(f"{sql} {params!r}")
+        return execute(self, sql, params, *args)
+
+    monkeypatch.setattr(CursorWrapper, "_execute", recording)
+
+    thread_id, frames, resumed = await _websocket_turn(keeper)
+
+    stored = [statement for statement in written if "assistant_message" in statement]
+    assert any("[redacted]" in statement for statement in stored), stored
+    assert [
+        statement
+        for statement in written
+        if leaks(statement) and "assistant_pendingaction" not in statement
+    ] == []
+    await sync_to_async(_check_websocket_turn)(thread_id, frames, resumed)
+
+
+@pytest.mark.django_db(transaction=True)
 async def test_a_secret_confirmed_over_the_websocket_ran_and_was_forgotten(keeper):
 
     socket = await connect(keeper)

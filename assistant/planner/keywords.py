@@ -259,9 +259,12 @@ class KeywordPlanner:
     """Offline and deterministic: one intent from the registry's keywords, then the results."""
 
     @staticmethod
-    def plan_in_thread(turn: Turn) -> None:
-        """Plan from a sync step the turn makes anyway (its first): ``plan`` takes it from there."""
-        turn.planned = _plan(turn)
+    def plan_text(
+        text: str, user: Any, session: Any = None, ceiling: Ceiling | None = None
+    ) -> list[Intent]:
+        """Plan a message from a sync step the turn makes anyway (its first), before the turn
+        exists: the turn's ``planned``, which ``plan`` takes from there."""
+        return plan(text, user, registry, session, ceiling)
 
     async def plan(self, turn: Turn) -> list[Intent]:
         """The turn's intents, their secrets identified before anything echoes the message."""
