@@ -8,7 +8,7 @@ import time
 import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 from django.apps import apps
@@ -152,17 +152,16 @@ def access_for(user: Any) -> UserAccess:
     with _reload_lock(user):
         reload = getattr(user, RELOAD_ATTRIBUTE, False)
         if reload:  # (not done by the other turn meanwhile)
+            # The mark goes once the new reading is in place: a turn checking meanwhile waits
+            # for this lock rather than take the stale snapshot.
+            if not (reload is SHARED and _adopt(user)):
+                stamp = (access_generation(), time.monotonic())  # before reading: conservative
+                _reload_flags(user)
+                forget_access(user)
+                setattr(user, STAMP_ATTRIBUTE, stamp)
+                _share(user, stamp, _load_access(user))
             with contextlib.suppress(AttributeError):
                 delattr(user, RELOAD_ATTRIBUTE)
-            if reload is SHARED and _adopt(user):
-                return cast(UserAccess, getattr(user, ACCESS_ATTRIBUTE))
-            stamp = (access_generation(), time.monotonic())  # before reading: conservative
-            _reload_flags(user)
-            forget_access(user)
-            setattr(user, STAMP_ATTRIBUTE, stamp)
-            access = _load_access(user)
-            _share(user, stamp, access)
-            return access
         return getattr(user, ACCESS_ATTRIBUTE, None) or _load_access(user)
 
 
