@@ -52,16 +52,19 @@ class Publisher:
     def _window_ended(self) -> None:
         self._timer = None
         self._task = asyncio.ensure_future(self._send_due())
+        self._task.add_done_callback(self._sent)
+
+    def _sent(self, task: asyncio.Task[None]) -> None:
+        """The due burst went (or its task was cancelled, even before it began)."""
+        self._task = None
+        if self._pending and self._timer is None and not self._closing:
+            # put meanwhile: they gather a window of their own
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(assistant_settings.BURST_WINDOW, self._window_ended)
 
     async def _send_due(self) -> None:
-        try:
-            batch, self._pending = self._pending, []
-            await self._send(batch)
-        finally:
-            self._task = None
-            if self._pending and not self._closing:  # put meanwhile: they gather a window too
-                loop = asyncio.get_running_loop()
-                self._timer = loop.call_later(assistant_settings.BURST_WINDOW, self._window_ended)
+        batch, self._pending = self._pending, []
+        await self._send(batch)
 
     async def _send(self, batch: list[dict[str, Any]]) -> None:
         # A turn's outcome never depends on publishing: a failure is logged, the turn goes on
@@ -112,11 +115,11 @@ class Publisher:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._task is not None:  # the burst before goes first
-            await asyncio.shield(self._task)
+        if self._task is not None:  # the burst before goes first (a cancelled one's stay)
+            await asyncio.wait([self._task])
         batch, self._pending = self._pending, []
-        if batch:
-            await self._send(batch)
+        if batch:  # sent even if the caller is cancelled meanwhile (a shutdown)
+            await asyncio.shield(self._send(batch))
         if self._scrub is not None:
             try:
                 await event_log().redact(self.thread_id, self._scrub)

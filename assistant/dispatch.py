@@ -687,75 +687,19 @@ class DispatchCancelled(asyncio.CancelledError):
 
 
 async def in_one_hop(function: Callable[..., Outcome], *args: Any, **kwargs: Any) -> Outcome:
-    """Run sync pipeline work in the sync thread; if the run is stopped, wait for what it decided."""
-    handoff = _Handoff()
+    """Run sync pipeline work in the sync thread; if the run is stopped, wait for what it decided.
+
+    The hop runs in a task of its own, shielded: asgiref would pass a cancellation on into
+    whatever the thread awaits through ``async_to_sync`` (an ``on_commit`` telling other
+    processes of a change, say), cutting the pipeline short of its audit.
+    """
+    future = asyncio.ensure_future(sync_to_async(function)(*args, **kwargs))
     try:
-        return await sync_to_async(handoff.run)(function, *args, **kwargs)
+        return await asyncio.shield(future)
     except asyncio.CancelledError:
         # A thread cannot be interrupted: the handler sees its token and returns early.
-        raise DispatchCancelled(await handoff.result()) from None
-
-
-class _Handoff:
-    """What sync work returned, for a caller whose wait for it was cancelled meanwhile.
-
-    The caller awaits the hop itself (no task or shield of its own around it); only a cancelled
-    one asks for the result, which the thread hands over when it ends, or has already.
-    """
-
-    def __init__(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._lock = threading.Lock()
-        self._started = self._abandoned = self._ended = False
-        self._value: Any = None
-        self._error: BaseException | None = None
-        self._waiter: asyncio.Future[Any] | None = None
-
-    def run(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """In the thread: the work, its result kept for ``result``."""
-        with self._lock:
-            if self._abandoned:  # (the caller was cancelled before the thread took it up)
-                raise asyncio.CancelledError
-            self._started = True
-        try:
-            value = function(*args, **kwargs)
-        except BaseException as exc:
-            self._end(None, exc)
-            raise
-        self._end(value, None)
-        return value
-
-    def _end(self, value: Any, error: BaseException | None) -> None:
-        with self._lock:
-            self._ended, self._value, self._error = True, value, error
-            waiter = self._waiter
-        if waiter is not None:
-            self._loop.call_soon_threadsafe(_hand_over, waiter, value, error)
-
-    async def result(self) -> Any:
-        """On the loop: the work's result (or its error), once it ended; ``CancelledError`` if
-        it had not begun (it never will)."""
-        with self._lock:
-            if not self._started:
-                self._abandoned = True
-                raise asyncio.CancelledError
-            if not self._ended:
-                self._waiter = self._loop.create_future()
-            waiter = self._waiter
-        if waiter is not None:
-            return await waiter
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-
-def _hand_over(waiter: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
-    if waiter.done():
-        return
-    if error is not None:
-        waiter.set_exception(error)
-    else:
-        waiter.set_result(value)
+        outcome: Outcome = await future
+        raise DispatchCancelled(outcome) from None
 
 
 def runs_in_loop(tool: AssistantTool | None) -> bool:

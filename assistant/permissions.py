@@ -280,7 +280,8 @@ def refresh_access(user: Any) -> None:
     max_age = assistant_settings.ACCESS_MAX_AGE
     if generation == access_generation() and time.monotonic() - read_at < max_age:
         return
-    setattr(user, RELOAD_ATTRIBUTE, SHARED)
+    if getattr(user, RELOAD_ATTRIBUTE, False) is not True:  # (a reading afresh stays one)
+        setattr(user, RELOAD_ATTRIBUTE, SHARED)
 
 
 def reread_access(user: Any, *, shared: bool = False) -> None:

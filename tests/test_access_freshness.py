@@ -764,3 +764,19 @@ def test_readings_made_while_no_permission_news_reached_the_process_are_not_shar
 
     with django_assert_num_queries(3):  # the flags, the user's and the groups' permissions
         access_for(second)
+
+
+@pytest.mark.django_db
+def test_a_confirmations_reading_afresh_stays_afresh_when_the_turn_also_finds_it_stale(
+    reader, hearing_news
+):
+    socket_user = a_new_socket(reader)
+    access_for(socket_user)
+    access_changed()  # the socket's reading is stale from now on
+    access_for(a_new_socket(reader))  # another socket reads, and shares, a fresh one
+    User.user_permissions.through.objects.filter(user_id=reader.pk).delete()  # no signal
+
+    reread_access(socket_user)  # a confirm: as things are now
+    refresh_access(socket_user)  # the turn's own look at its stale snapshot, meanwhile
+
+    assert access_for(socket_user).perms == frozenset()

@@ -99,7 +99,9 @@ async def test_a_stop_while_the_pipeline_runs_waits_for_what_it_decided() -> Non
     assert stopped.outcome == "audited outcome"
 
 
-async def test_a_stop_before_the_thread_took_the_pipeline_up_means_it_never_runs() -> None:
+async def test_a_stop_before_the_thread_took_the_pipeline_up_still_waits_for_its_outcome() -> None:
+    # Every call that reaches dispatch is audited: one stopped while it waited for its thread
+    # still runs (its handler sees the stop token) and ends with the outcome it decided.
     ran: list[str] = []
     release = threading.Event()
     lane = ThreadPoolExecutor(max_workers=1)
@@ -109,12 +111,13 @@ async def test_a_stop_before_the_thread_took_the_pipeline_up_means_it_never_runs
             attempt = asyncio.ensure_future(_attempt(lambda: ran.append("ran") or "outcome"))
             await asyncio.sleep(0.05)
             attempt.cancel()
-            stopped = await attempt
+            await asyncio.sleep(0.05)
             release.set()
+            stopped = await attempt
             await busy
-            await sync_to_async(lambda: None)()  # the thread is free: nothing left queued ran
     finally:
         lane.shutdown()
 
-    assert type(stopped) is asyncio.CancelledError  # nothing was decided: nothing to wait for
-    assert ran == []
+    assert isinstance(stopped, DispatchCancelled)
+    assert stopped.outcome == "outcome"
+    assert ran == ["ran"]

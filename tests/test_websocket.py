@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
@@ -14,7 +15,7 @@ from django.conf import settings
 from django.test import Client, override_settings
 from pydantic import TypeAdapter
 
-from assistant.broadcast import group_name
+from assistant.broadcast import Publisher, group_name
 from assistant.consumers import _arrays
 from assistant.dispatch import adispatch
 from assistant.models import AuditEntry, Conversation, Message, PendingAction
@@ -156,6 +157,26 @@ async def test_frames_before_a_long_step_arrive_while_it_runs(settings, open_soc
     frames = await receive_run(socket)
     assert frames[-1]["type"] == "RUN_FINISHED"
     assert "slept 3s" in [frame.get("content") for frame in frames]
+
+
+async def test_each_window_of_a_long_run_sends_its_burst_before_the_run_ends(settings, monkeypatch):
+    # Frames put while an earlier burst is out gather a window of their own: a long run's
+    # later steps show as they happen, not all at its end.
+    settings.ASSISTANT = {**settings.ASSISTANT, "BURST_WINDOW": 0.05}
+    bursts = count_group_sends(monkeypatch)
+    publisher = Publisher("long-run")
+    for step in range(3):
+        publisher.put({"type": "CUSTOM", "name": "step", "value": step, "threadId": "long-run"})
+        publisher.put({"type": "CUSTOM", "name": "more", "value": step, "threadId": "long-run"})
+        for _ in range(100):
+            if len(bursts) > step:
+                break
+            await asyncio.sleep(0.01)
+        assert bursts == [2] * (step + 1)
+
+    await publisher.close()
+
+    assert bursts == [2, 2, 2]
 
 
 @pytest.mark.django_db(transaction=True)

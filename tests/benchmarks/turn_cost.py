@@ -28,8 +28,8 @@ about 0.7 ms a turn.
 ``--count-loop`` also counts, per turn and by kind, the server's event-loop callbacks (a task's
 step is one) and thread hops: figures the machine's speed does not move (the counting itself
 slows every callback a little, so read CPU figures from a run without it). 2026-12-02: the
-floor 19 callbacks and 2.2 hops a turn, ours 70 and 3.3 before that day's changes, 62 and 3.2
-after.
+floor 19 callbacks and 2.2 hops a turn, ours 70 and 3.3 before that day's changes, 62-67 and 3.2
+after (fewer with fewer bursts a turn).
 
 ``--together SECONDS`` runs the three sides at once instead, each on a daphne process of its
 own with ``--clients`` clients of its own sending turns back to back, and measures each
