@@ -230,13 +230,12 @@ def start_turn(
     found these), the message is stored redacted and a new conversation with its title.
     """
     key = stored_key(user, idempotency_key)
-    title = ""
     if secrets is not None:
         text = redact_text(text, secrets)
-        title = short_title(text)
     # A new conversation and its first message are stored together; a message alone needs no
     # transaction of its own (no BEGIN and COMMIT round trips).
     new = conversation._state.adding if isinstance(conversation, Conversation) else not conversation
+    title = short_title(text) if new and secrets is not None else ""
     try:
         with transaction.atomic() if new else nested_savepoint():
             if isinstance(conversation, Conversation):

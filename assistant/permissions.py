@@ -194,9 +194,11 @@ def _flags(user: Any) -> tuple[Any, ...]:
 
 
 def _share(user: Any, stamp: tuple[int, float], access: UserAccess) -> None:
-    if _news_since is None or stamp[1] < _news_since or not access.authenticated:
+    if not access.authenticated:
         return
-    with _shared_lock:
+    with _shared_lock:  # (``hearing_news`` clears under it: what is kept was read while news came)
+        if _news_since is None or stamp[1] < _news_since:
+            return
         key = _shared_key(user)
         _shared.pop(key, None)
         _shared[key] = (stamp, _flags(user), access)
@@ -215,7 +217,7 @@ def _adopt(user: Any) -> bool:
         time.monotonic() - read_at < assistant_settings.ACCESS_MAX_AGE
     )
     # flags this object read since (say, a deactivation that sent no signal) win: read again
-    if not fresh or flags != _flags(user) or _news_since is None or read_at < _news_since:
+    if not fresh or flags != _flags(user):
         return False
     forget_access(user)
     setattr(user, STAMP_ATTRIBUTE, stamp)
