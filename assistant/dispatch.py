@@ -710,14 +710,25 @@ def runs_in_loop(tool: AssistantTool | None) -> bool:
 # -- the doors ------------------------------------------------------------------------------------
 
 
-def here(call: Call) -> Outcome:
-    """The whole pipeline on this thread: decide, gate, run, audit."""
+# Work of the caller's own on the sync thread once a call is audited, in the call's own hop (a
+# turn stores its reply there): it gets the outcome; its failure is logged, never the call's.
+Then = Callable[[Outcome], None]
+
+
+def here(call: Call, then: Then | None = None) -> Outcome:
+    """The whole pipeline on this thread: decide, gate, run, audit (and then the caller's ``then``)."""
     outcome = decide(call)
     if outcome is None and call.tool is not None and call.tool.prepare is not None:
         outcome = prepare(call)
     if outcome is None:
         outcome = open_action(call) if gated(call) else run_sync(call)
-    return audited(call, outcome)
+    outcome = audited(call, outcome)
+    if then is not None:
+        try:
+            then(outcome)
+        except Exception:  # the call stands, audited: the caller does its part again later
+            logger.exception("A caller's work after %s failed", call.operation)
+    return outcome
 
 
 def own_session(call: Call) -> ToolSession | None:
@@ -773,14 +784,19 @@ async def adispatch(
     entities: dict[str, Any] | None = None,
     *,
     context: CallContext | None = None,
+    then: Then | None = None,
     **where: Any,
 ) -> Outcome:
-    """The async twin of ``dispatch``: a sync tool's whole pipeline goes to the sync thread in one hop."""
+    """The async twin of ``dispatch``: a sync tool's whole pipeline goes to the sync thread in one hop.
+
+    ``then`` runs at the end of that hop; a call that takes the async path has none, and never
+    runs it (the caller does that work on its own).
+    """
     context = context_of(context, where)
     call = Call(operation, entities, context, tool=context.site.find(operation))
     if runs_in_loop(call.tool):
         return await in_loop(call)
-    return await in_one_hop(here, call)
+    return await in_one_hop(here, call, then)
 
 
 def preview(operation: str, entities: Any, context: CallContext) -> Outcome:

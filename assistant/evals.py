@@ -26,7 +26,7 @@ from .exceptions import AssistantError, EvalError
 from .models import AuditEntry, Conversation, Message
 from .planner import get_planner
 from .registry import ToolRegistry, ToolResult, registry
-from .turn import Turn
+from .turn import Reply, Turn
 from .validation import Outcome as Finding
 from .validation import Verdict, validation_rule
 
@@ -108,6 +108,7 @@ class EvalTurn(Turn):
         tool_call_id: str | None = None,
         announced: bool = False,
         refusal: bool = False,
+        reply: Reply | None = None,  # (nothing is stored)
     ) -> Outcome:
         outcome = await sync_to_async(judge)(operation, entities, self.user, self.site)
         self.outcomes.append(outcome)

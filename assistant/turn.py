@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import re
@@ -33,6 +34,20 @@ TURN_FAILED = (
     "Sorry, something went wrong while answering; your message is saved. Please try again."
 )
 CLIENT_TOOL = "client_tool"  # a stored call's decision: the client's own tool, run by the client
+
+
+# A planner's whole reply, by the turn's outcomes once its last call is made (``Turn.call``).
+Reply = Callable[[list[Outcome]], str]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Ahead:
+    """A reply stored in its last call's hop: that call's outcome and record, and what was stored."""
+
+    outcome: Outcome
+    record: dict[str, Any]
+    message: Message
+    fields: dict[str, Any]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -188,6 +203,7 @@ class Turn:
         self.listener: Callable[[dict[str, Any]], None] | None = None  # a transport's own tap
         self.hygiene: Hygiene | None = None  # the lane's, when the turn runs on one
         self.planned: Any = None  # what the planner made ahead, in the turn's first hop
+        self._ahead: Ahead | None = None  # the reply, if stored in its last call's hop
         # AG-UI client tools: the client's own (offered by the LLM planner, never dispatched),
         # the results it sends for the ones the last run called, and the ones this run calls
         self.client_tools: tuple[ClientTool, ...] = ()
@@ -326,36 +342,49 @@ class Turn:
         tool_call_id: str | None = None,
         announced: bool = False,
         refusal: bool = False,
+        reply: Reply | None = None,
     ) -> Outcome:
         """Dispatch one intent (the only door) and stream the call and its result.
 
         ``refusal``: the planner sends a tool it knows the user may not use, for dispatch's
         refusal to say what it needs; dispatched the same (an evaluation does not count it).
+        ``reply``: this is the planner's last call, and this is its whole reply by the turn's
+        outcomes: the reply is stored in the call's own sync hop (``finish`` checks it).
         """
         tool_call_id = tool_call_id or f"call_{uuid.uuid4().hex[:16]}"
         self.identify(operation, entities)
         if not announced:
             shown = redacted(operation, entities, self.site)
             await self.announce_call(tool_call_id, operation, json.dumps(shown))
+        then = None if reply is None else functools.partial(self._store_ahead, tool_call_id, reply)
         try:
-            outcome = await adispatch(operation, entities, context=self.call_context())
+            outcome = await adispatch(operation, entities, context=self.call_context(), then=then)
         except DispatchCancelled as stopped:
             await asyncio.shield(self.record(stopped.outcome, tool_call_id))
             raise
         await self.record(outcome, tool_call_id)
         return outcome
 
-    async def record(self, outcome: Outcome, tool_call_id: str) -> None:
-        """Remember an outcome and stream its result (and any approval it waits for)."""
-        if outcome.result is not None and self.secrets:  # what the handler said, redacted
+    def _remembered(self, outcome: Outcome, tool_call_id: str) -> dict[str, Any]:
+        """The outcome redacted (what the handler said too), and its record as stored."""
+        if outcome.result is not None and self.secrets:
             outcome.result = replace(
                 outcome.result,
                 text=redact_text(outcome.result.text, self.secrets),
                 data=redact_data(outcome.result.data, self.secrets),
             )
-        self.outcomes.append(outcome)
         record = shown_data(tool_call_record(outcome, tool_call_id))
         record["text"] = redact_text(record["text"], self.secrets)  # (an error's message too)
+        return record
+
+    async def record(self, outcome: Outcome, tool_call_id: str) -> None:
+        """Remember an outcome and stream its result (and any approval it waits for)."""
+        ahead = self._ahead
+        if ahead is not None and ahead.outcome is outcome:
+            record = ahead.record  # made, and the outcome redacted, where the reply was stored
+        else:
+            record = self._remembered(outcome, tool_call_id)
+        self.outcomes.append(outcome)
         self.records.append(record)
         await self.emit(
             events.tool_call_result(f"{tool_call_id}-result", tool_call_id, record["text"])
@@ -387,11 +416,19 @@ class Turn:
             await self.forget_late_secrets()
         if self._text_open:
             await self.emit(events.text_end(self.message_id))
+        fields = self._fields(status)
+        ahead = self._ahead
         try:
-            message = await sync_to_async(self._store_last)(status)
+            if ahead is None:
+                message = await sync_to_async(self._store_last)(fields)
+            elif ahead.fields != fields:  # a stop, a failure or a redaction changed the reply
+                message = await sync_to_async(self._correct)(ahead.message, fields)
+            else:
+                message = ahead.message  # stored as it is, in the last call's hop
         except Exception as exc:
             logger.exception("Storing the reply failed in conversation %s", self.thread_id)
-            await sync_to_async(self._release_key)()
+            if ahead is None:  # (else a reply is stored under the key: a retry returns it)
+                await sync_to_async(self._release_key)()
             lost = ReplyNotStored()
             await self.emit(events.run_error(lost.message, lost.code, usage=self.token_usage()))
             raise lost from exc
@@ -433,15 +470,56 @@ class Turn:
         except DatabaseError:
             logger.exception("Releasing the Idempotency-Key of a lost reply failed")
 
-    def _store_last(self, status: str) -> Message:
+    def _fields(
+        self,
+        status: str,
+        text: str | None = None,
+        outcomes: list[Outcome] | None = None,
+        records: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """What the stored reply holds, by the turn so far (or by what a planner will say)."""
+        outcomes = self.outcomes if outcomes is None else outcomes
+        return {
+            "text": redact_text(self.text if text is None else text, self.secrets),
+            "status": status,
+            "tool_calls": self.records if records is None else records,
+            "actions": [a for o in outcomes if o.result for a in o.result.actions],
+            "model": self.model[:200],
+            "prompt_tokens": self.usage.get("prompt_tokens"),
+            "completion_tokens": self.usage.get("completion_tokens"),
+            "total_tokens": self.usage.get("total_tokens"),
+        }
+
+    def _store_ahead(self, tool_call_id: str, reply: Reply, outcome: Outcome) -> None:
+        """In the last call's sync hop, once it is audited: store the reply the planner will
+        give, and end the lane's hygiene. A stop asked for already leaves it to ``finish``."""
+        if self.cancel.is_cancelled:
+            return
+        record = self._remembered(outcome, tool_call_id)
+        outcomes = [*self.outcomes, outcome]
+        fields = self._fields(
+            Message.Status.COMPLETE, reply(outcomes), outcomes, [*self.records, record]
+        )
+        message = self._store_last(fields)  # (if it fails, ``finish`` stores the reply)
+        self._ahead = Ahead(outcome=outcome, record=record, message=message, fields=fields)
+
+    def _store_last(self, fields: dict[str, Any]) -> Message:
         """Store the reply: the turn's last sync step, which ends its lane's hygiene too."""
-        message = self._store(status)
+        message = self._store(fields)
         if self.hygiene is not None:
             self.hygiene.end()
         return message
 
-    def _store(self, status: str) -> Message:
-        actions = [a for o in self.outcomes if o.result for a in o.result.actions]
+    def _correct(self, message: Message, fields: dict[str, Any]) -> Message:
+        """The reply stored ahead, made what the turn ended with after all."""
+        Message.objects.filter(pk=message.pk).update(**fields)
+        for name, value in fields.items():
+            setattr(message, name, value)
+        if self.hygiene is not None:
+            self.hygiene.end()
+        return message
+
+    def _store(self, fields: dict[str, Any]) -> Message:
         # Two statements on their own (a crash between them leaves the reply stored and the
         # conversation where it was in the list): no BEGIN and COMMIT round trips for them.
         with nested_savepoint():
@@ -449,15 +527,8 @@ class Turn:
                 id=uuid.UUID(self.message_id),
                 conversation=self.conversation,
                 role=Message.Role.ASSISTANT,
-                text=redact_text(self.text, self.secrets),
-                status=status,
-                tool_calls=self.records,
-                actions=actions,
-                model=self.model[:200],
-                prompt_tokens=self.usage.get("prompt_tokens"),
-                completion_tokens=self.usage.get("completion_tokens"),
-                total_tokens=self.usage.get("total_tokens"),
                 idempotency_key=getattr(self.user_message, "idempotency_key", None),
+                **fields,
             )
             self.conversation.touch()
         return message

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+from django.db import DatabaseError
 
 from assistant import ToolCall, ToolResult, assistant_tool
-from assistant.chat import check_title, run_turn
+from assistant.chat import check_title, run_started_turn, run_turn, start_turn
 from assistant.exceptions import ConversationNotFound, InvalidMessage, InvalidTitle
 from assistant.models import AuditEntry, Conversation, Message
+from assistant.planner.keywords import reply_text
 from assistant.registry import ToolRegistry
-from assistant.turn import TURN_FAILED, short_title
+from assistant.turn import TURN_FAILED, Turn, short_title
 from tests.testapp.models import Order
 
 pytestmark = pytest.mark.django_db
@@ -245,3 +249,88 @@ def test_a_risky_request_in_chat_waits_for_confirmation(clerk):
     assert call["decision"] == "confirmation_requested"
     assert call["pending_action"] == str(action.pk)
     assert Order.objects.get(pk=order.pk).approvals == 0
+
+
+# -- a reply stored in its last call's hop ----------------------------------------------------
+
+
+def own_turn(user, text: str) -> Turn:
+    conversation, message = start_turn(user, text, None)
+    return Turn(user=user, conversation=conversation, user_message=message, source="rest")
+
+
+def test_a_keyword_turn_stores_its_reply_in_the_hop_that_runs_its_tool(plain_user, monkeypatch):
+    # the call (run and audited) and the reply in one sync step: none of the turn's own for it
+    steps: list[str] = []
+
+    def counted(function, *args, **kwargs):
+        steps.append(getattr(function, "__name__", repr(function)))
+        return sync_to_async(function, *args, **kwargs)
+
+    monkeypatch.setattr("assistant.turn.sync_to_async", counted)
+
+    turn = run_turn(plain_user, "ping")
+
+    assert stored(turn.conversation) == [
+        ("user", "ping", "complete"),
+        ("assistant", "pong for plain", "complete"),
+    ]
+    assert not {"_store_last", "_correct"} & set(steps)
+    reply = Message.objects.get(role="assistant")
+    assert reply.pk == turn.assistant_message.pk
+    assert [call["operation"] for call in reply.tool_calls] == ["ping"]
+    assert reply.tool_calls[0]["audit_id"] == AuditEntry.objects.get(operation="ping").pk
+
+
+def test_a_reply_said_otherwise_than_the_planner_foretold_is_stored_as_said(plain_user):
+    turn = own_turn(plain_user, "ping")
+
+    async def work(turn: Turn) -> None:
+        await turn.call("ping", {}, reply=lambda outcomes: "what it meant to say")
+        await turn.say("what it said")
+
+    result = async_to_sync(run_started_turn)(turn, work)
+
+    reply = Message.objects.get(role="assistant")
+    assert (reply.text, reply.status) == ("what it said", "complete")
+    assert result.assistant_message.text == "what it said"
+    assert [call["text"] for call in reply.tool_calls] == ["pong for plain"]
+
+
+def test_a_stop_after_the_last_call_leaves_its_reply_cancelled(plain_user):
+    turn = own_turn(plain_user, "ping")
+
+    async def work(turn: Turn) -> None:
+        await turn.call("ping", {}, reply=reply_text)
+        turn.cancel.cancel()  # the user's Stop, once the call's hop stored the reply
+        await asyncio.sleep(5)
+        await turn.say("never said")
+
+    result = async_to_sync(run_started_turn)(turn, work)
+
+    reply = Message.objects.get(role="assistant")
+    assert (reply.text, reply.status) == ("", "cancelled")
+    assert [call["operation"] for call in reply.tool_calls] == ["ping"]
+    assert result.assistant_message.status == "cancelled"
+    assert result.frames[-1]["type"] == "RUN_FINISHED"
+    assert result.frames[-1]["result"]["status"] == "cancelled"
+
+
+def test_a_reply_not_stored_with_its_call_is_stored_when_the_turn_ends(plain_user, monkeypatch):
+    real_store = Turn._store
+    refusals = iter([True])
+
+    def refused_once(turn: Turn, fields):
+        if next(refusals, False):
+            raise DatabaseError("the database blinked")  # as the server would answer
+        return real_store(turn, fields)
+
+    monkeypatch.setattr(Turn, "_store", refused_once)
+
+    turn = run_turn(plain_user, "ping")
+
+    assert stored(turn.conversation) == [
+        ("user", "ping", "complete"),
+        ("assistant", "pong for plain", "complete"),
+    ]
+    assert [entry.operation for entry in AuditEntry.objects.all()] == ["ping"]

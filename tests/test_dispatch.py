@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 
 import pytest
 from django.contrib.auth.models import AnonymousUser
@@ -223,6 +224,33 @@ async def test_adispatch_runs_a_sync_handler(plain_user):
     assert outcome.decision == "executed"
     assert outcome.text == "pong for plain"
     assert await AuditEntry.objects.acount() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_adispatch_runs_the_callers_then_in_the_calls_own_thread_once_audited(plain_user):
+    seen: list[tuple[int | None, bool, int]] = []
+
+    def then(outcome):
+        entry = AuditEntry.objects.get(pk=outcome.audit_id)  # (sync: no event loop here)
+        seen.append((entry.pk, entry.decision == "executed", threading.get_ident()))
+
+    outcome = await adispatch("ping", user=plain_user, then=then)
+
+    assert seen == [(outcome.audit_id, True, seen[0][2])]
+    assert seen[0][2] != threading.get_ident()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_failing_then_leaves_the_call_done_and_audited(plain_user, caplog):
+    def then(outcome):
+        raise RuntimeError("the caller's own work broke")
+
+    with caplog.at_level(logging.ERROR, logger="assistant.dispatch"):
+        outcome = await adispatch("ping", user=plain_user, then=then)
+
+    assert (outcome.decision, outcome.text) == ("executed", "pong for plain")
+    assert [entry.decision async for entry in AuditEntry.objects.all()] == ["executed"]
+    assert "A caller's work after ping failed" in caplog.text
 
 
 @pytest.mark.django_db(transaction=True)

@@ -215,18 +215,19 @@ def test_a_lost_reply_frees_its_idempotency_key_so_the_retry_runs(plain_user, mo
     from assistant.turn import Turn
 
     real_store = Turn._store
-    failures = iter([True])
+    gone = [True]  # the database is away for the whole first turn
 
-    def store_once_refused(turn: Any, status: str) -> Any:
-        if next(failures, False):
+    def store_refused_while_gone(turn: Any, fields: Any) -> Any:
+        if gone[0]:
             raise DatabaseError("the database went away")  # as the server would answer
-        return real_store(turn, status)
+        return real_store(turn, fields)
 
-    monkeypatch.setattr(Turn, "_store", store_once_refused)
+    monkeypatch.setattr(Turn, "_store", store_refused_while_gone)
     c = client(plain_user)
     headers = {"HTTP_IDEMPOTENCY_KEY": "order-42"}
 
     lost = c.post(f"{API}/messages/", {"message": "ping"}, format="json", **headers)
+    gone[0] = False
     retried = c.post(f"{API}/messages/", {"message": "ping"}, format="json", **headers)
     again = c.post(f"{API}/messages/", {"message": "ping"}, format="json", **headers)
 

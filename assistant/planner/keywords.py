@@ -16,6 +16,7 @@ from ..registry import AssistantTool, ToolRegistry, registry
 from ..tokens import Ceiling
 
 if TYPE_CHECKING:
+    from ..dispatch import Outcome
     from ..turn import Turn
 
 
@@ -255,6 +256,15 @@ def _plan(turn: Turn) -> list[Intent]:
     return plan(turn.user_message.text, turn.user, turn.site, turn.session, turn.ceiling)
 
 
+def _texts(outcomes: list[Outcome]) -> list[str]:
+    return [outcome.text for outcome in outcomes if outcome.text] or [NOTHING_TO_DO]
+
+
+def reply_text(outcomes: list[Outcome]) -> str:
+    """The whole reply ``KeywordPlanner.run`` says after these outcomes: their texts."""
+    return "\n\n".join(_texts(outcomes))
+
+
 class KeywordPlanner:
     """Offline and deterministic: one intent from the registry's keywords, then the results."""
 
@@ -280,11 +290,15 @@ class KeywordPlanner:
     async def run(self, turn: Turn, intents: list[Intent] | None = None) -> None:
         if intents is None:
             intents = await self.plan(turn)
-        for intent in intents:
-            await turn.call(intent.operation, intent.entities, refusal=intent.refusal)
-        texts = [outcome.text for outcome in turn.outcomes if outcome.text]
-        if not texts:
-            texts = [NOTHING_TO_DO]
+        for index, intent in enumerate(intents):
+            last = index == len(intents) - 1  # the reply is known then: stored in its hop
+            await turn.call(
+                intent.operation,
+                intent.entities,
+                refusal=intent.refusal,
+                reply=reply_text if last else None,
+            )
+        texts = _texts(turn.outcomes)
         for index, text in enumerate(texts):
             lines = text.splitlines(keepends=True)
             for line in lines:
