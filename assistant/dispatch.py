@@ -697,9 +697,18 @@ async def in_one_hop(function: Callable[..., Outcome], *args: Any, **kwargs: Any
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:
-        # A thread cannot be interrupted: the handler sees its token and returns early.
-        outcome: Outcome = await future
-        raise DispatchCancelled(outcome) from None
+        pass
+    # A thread cannot be interrupted: the handler sees its token and returns early. Until it
+    # does, the hop is waited for through any further cancellation (a shutdown's): nothing of
+    # the caller's goes on while the thread may still be writing.
+    while True:
+        try:
+            outcome: Outcome = await asyncio.shield(future)
+        except asyncio.CancelledError:
+            if future.done():
+                raise  # (the hop's own task was cancelled before it began)
+            continue
+        raise DispatchCancelled(outcome)
 
 
 def runs_in_loop(tool: AssistantTool | None) -> bool:

@@ -36,7 +36,7 @@ TURN_FAILED = (
 CLIENT_TOOL = "client_tool"  # a stored call's decision: the client's own tool, run by the client
 
 
-# A planner's whole reply, by the turn's outcomes once its last call is made (``Turn.call``).
+# What a planner will say once its last call is made, by the turn's outcomes (``Turn.call``).
 Reply = Callable[[list[Outcome]], str]
 
 
@@ -348,8 +348,9 @@ class Turn:
 
         ``refusal``: the planner sends a tool it knows the user may not use, for dispatch's
         refusal to say what it needs; dispatched the same (an evaluation does not count it).
-        ``reply``: this is the planner's last call, and this is its whole reply by the turn's
-        outcomes: the reply is stored in the call's own sync hop (``finish`` checks it).
+        ``reply``: this is the planner's last call, and this says what it will say after it, by
+        the turn's outcomes: the reply is stored in the call's own sync hop (``finish`` checks
+        it, and corrects it where the turn ended otherwise).
         """
         tool_call_id = tool_call_id or f"call_{uuid.uuid4().hex[:16]}"
         self.identify(operation, entities)
@@ -419,15 +420,13 @@ class Turn:
         fields = self._fields(status)
         ahead = self._ahead
         try:
-            if ahead is None:
-                message = await sync_to_async(self._store_last)(fields)
-            elif ahead.fields != fields:  # a stop, a failure or a redaction changed the reply
-                message = await sync_to_async(self._correct)(ahead.message, fields)
-            else:
+            if ahead is not None and ahead.fields == fields:
                 message = ahead.message  # stored as it is, in the last call's hop
+            else:
+                message = await sync_to_async(self._store_final)(fields)
         except Exception as exc:
             logger.exception("Storing the reply failed in conversation %s", self.thread_id)
-            if ahead is None:  # (else a reply is stored under the key: a retry returns it)
+            if self._ahead is None:  # (else a reply is stored under the key: a retry returns it)
                 await sync_to_async(self._release_key)()
             lost = ReplyNotStored()
             await self.emit(events.run_error(lost.message, lost.code, usage=self.token_usage()))
@@ -497,11 +496,23 @@ class Turn:
             return
         record = self._remembered(outcome, tool_call_id)
         outcomes = [*self.outcomes, outcome]
-        fields = self._fields(
-            Message.Status.COMPLETE, reply(outcomes), outcomes, [*self.records, record]
-        )
+        said = self.text + self._held + reply(outcomes)  # (``finish`` streams what is held)
+        fields = self._fields(Message.Status.COMPLETE, said, outcomes, [*self.records, record])
         message = self._store_last(fields)  # (if it fails, ``finish`` stores the reply)
         self._ahead = Ahead(outcome=outcome, record=record, message=message, fields=fields)
+
+    def _store_final(self, fields: dict[str, Any]) -> Message:
+        """Store the reply, or correct the one stored ahead where the turn ended otherwise.
+
+        What was stored ahead is read here, in the turn's sync thread: a call's hop the turn
+        stopped waiting for (a shutdown's cancellation) has finished by now, as it came first.
+        """
+        ahead = self._ahead
+        if ahead is None:
+            return self._store_last(fields)
+        if ahead.fields == fields:
+            return ahead.message
+        return self._correct(ahead.message, fields)
 
     def _store_last(self, fields: dict[str, Any]) -> Message:
         """Store the reply: the turn's last sync step, which ends its lane's hygiene too."""
@@ -511,12 +522,15 @@ class Turn:
         return message
 
     def _correct(self, message: Message, fields: dict[str, Any]) -> Message:
-        """The reply stored ahead, made what the turn ended with after all."""
-        Message.objects.filter(pk=message.pk).update(**fields)
-        for name, value in fields.items():
-            setattr(message, name, value)
-        if self.hygiene is not None:
-            self.hygiene.end()
+        """The reply stored ahead, made what the turn ended with after all (one UPDATE, through
+        ``save`` so what is stored is storable)."""
+        try:
+            for name, value in fields.items():
+                setattr(message, name, value)
+            message.save(update_fields=list(fields))
+        finally:
+            if self.hygiene is not None:
+                self.hygiene.end()  # (again: this hop came after the one that ended it)
         return message
 
     def _store(self, fields: dict[str, Any]) -> Message:

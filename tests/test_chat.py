@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 
 import pytest
@@ -334,3 +335,73 @@ def test_a_reply_not_stored_with_its_call_is_stored_when_the_turn_ends(plain_use
         ("assistant", "pong for plain", "complete"),
     ]
     assert [entry.operation for entry in AuditEntry.objects.all()] == ["ping"]
+
+
+def napping_site() -> ToolRegistry:
+    site = ToolRegistry("ahead")
+
+    @assistant_tool(
+        operation="nap",
+        domain="diagnostics",
+        description="Sleep a little, then say so",
+        risk_level="safe",
+        public=True,
+        site=site,
+    )
+    def nap(call: ToolCall) -> ToolResult:
+        time.sleep(0.3)
+        return ToolResult(text="nap done \x00 here")  # (a NUL: stored as U+FFFD)
+
+    return site
+
+
+def test_a_corrected_reply_is_stored_as_storable_as_any(plain_user):
+    conversation, message = start_turn(plain_user, "nap", None)
+    turn = Turn(
+        user=plain_user,
+        conversation=conversation,
+        user_message=message,
+        source="rest",
+        site=napping_site(),
+    )
+
+    async def work(turn: Turn) -> None:
+        await turn.call("nap", {}, reply=reply_text)
+        await turn.say("said otherwise \x00")
+
+    async_to_sync(run_started_turn)(turn, work)
+
+    reply = Message.objects.get(role="assistant")
+    assert reply.text == "said otherwise \ufffd"
+    assert reply.tool_calls[0]["text"] == "nap done \ufffd here"
+
+
+def test_a_call_cancelled_twice_while_its_tool_runs_leaves_one_reply_cancelled(plain_user):
+    # (as a shutdown cancels every task): the tool's thread runs on, its reply is still one
+    conversation, message = start_turn(plain_user, "nap", None)
+    turn = Turn(
+        user=plain_user,
+        conversation=conversation,
+        user_message=message,
+        source="rest",
+        site=napping_site(),
+    )
+
+    async def work(turn: Turn) -> None:
+        await turn.call("nap", {}, reply=reply_text)
+
+    async def cancelled_twice() -> None:
+        task = asyncio.ensure_future(run_started_turn(turn, work))
+        for _ in range(2):
+            await asyncio.sleep(0.1)
+            task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    async_to_sync(cancelled_twice)()
+
+    (reply,) = Message.objects.filter(role="assistant")
+    assert reply.status == "cancelled"
+    assert [call["operation"] for call in reply.tool_calls] == ["nap"]
+    assert turn.frames[-1]["type"] == "RUN_FINISHED"
+    assert [entry.operation for entry in AuditEntry.objects.all()] == ["nap"]
