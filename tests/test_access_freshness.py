@@ -762,7 +762,7 @@ def test_readings_made_while_no_permission_news_reached_the_process_are_not_shar
     access_for(a_new_socket(reader))
     second = a_new_socket(reader)
 
-    with django_assert_num_queries(3):  # the flags, the user's and the groups' permissions
+    with django_assert_num_queries(2):  # the flags; the permissions (one query, objects' too)
         access_for(second)
 
 

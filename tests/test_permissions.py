@@ -11,8 +11,9 @@ from assistant.api.serializers import OutcomeSerializer
 from assistant.catalog import get_catalog, visible_tools
 from assistant.dispatch import dispatch
 from assistant.models import AuditEntry, PendingAction
-from assistant.permissions import explain, forget_access, permission_map
+from assistant.permissions import access_for, explain, forget_access, permission_map
 from assistant.registry import registry
+from tests.conftest import perm
 from tests.testapp.models import Order
 
 pytestmark = pytest.mark.django_db
@@ -327,3 +328,58 @@ def test_dispatch_refuses_every_tool_the_catalog_hides(reader):
         assert (outcome.decision, outcome.code) == ("denied", "permission_denied"), operation
     assert not PendingAction.objects.exists()
     assert Order.objects.get(pk=order.pk).status == "open"
+
+
+# -- how a user's permissions are read --------------------------------------------------------
+
+
+class EveryoneMayViewOrders:
+    """An authentication backend of the project's own: Django asks it too."""
+
+    def authenticate(self, request, **credentials):
+        return None
+
+    def get_all_permissions(self, user_obj, obj=None):
+        return {"testapp.view_order"} if obj is None and user_obj.is_active else set()
+
+    def has_perm(self, user_obj, perm, obj=None):
+        return perm in self.get_all_permissions(user_obj, obj)
+
+
+def a_fresh(user):
+    return get_user_model().objects.get(pk=user.pk)
+
+
+def test_a_users_own_group_and_object_permissions_are_read_as_django_and_guardian_read_them(
+    make_user, django_assert_num_queries
+):
+    olga = make_user("olga", "testapp.view_order")
+    group = Group.objects.create(name="approvers")
+    group.permissions.add(perm("testapp.change_order"))
+    olga.groups.add(group)
+    order = Order.objects.create(reference="ORD-1")
+    assign_perm("testapp.approve_order", olga, order)
+    assign_perm("testapp.delete_order", group, order)
+    user = a_fresh(olga)
+
+    with django_assert_num_queries(1):
+        access = access_for(user)
+        assert access.object_perms() == {"testapp.approve_order", "testapp.delete_order"}
+        assert user.has_perm("testapp.change_order")  # (Django's own cache: no query)
+
+    assert access.perms == {"testapp.view_order", "testapp.change_order"}
+    assert access.perms == a_fresh(olga).get_all_permissions()
+    assert "approve_order" in operations(a_fresh(olga))
+
+
+def test_a_projects_own_authentication_backend_is_asked_for_permissions_too(plain_user, settings):
+    settings.AUTHENTICATION_BACKENDS = [
+        "django.contrib.auth.backends.ModelBackend",
+        "guardian.backends.ObjectPermissionBackend",
+        "tests.test_permissions.EveryoneMayViewOrders",
+    ]
+
+    access = access_for(a_fresh(plain_user))
+
+    assert access.perms == {"testapp.view_order"}
+    assert "list_orders" in operations(a_fresh(plain_user))
