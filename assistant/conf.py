@@ -331,7 +331,7 @@ SETTINGS: dict[str, Setting] = {
         accepts=_positive_int,
         expected="a positive integer (seconds)",
         example="86400",
-        doc="seconds a conversation's replay log outlives its last event",
+        doc="seconds a conversation's replay log outlives its last event (Redis or memory)",
         kind=int,
     ),
     "VALIDATION_FILTER_FIELDS": Setting(

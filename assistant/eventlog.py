@@ -61,41 +61,69 @@ class EventLog(Protocol):
         """Rewrite every kept frame's text through ``scrub``; returns how many frames changed."""
 
 
-class MemoryEventLog:
-    """One process's log: the embedded default (in-memory channel layer, one server process)."""
+@dataclass(slots=True)
+class _Kept:
+    """One conversation's log in memory: its counter, its recent frames, when it last grew."""
 
-    def __init__(self, keep: int) -> None:
+    counter: int
+    frames: deque[dict[str, Any]]
+    touched: float
+
+
+class MemoryEventLog:
+    """One process's log: the embedded default (in-memory channel layer, one server process).
+
+    As in Redis, a conversation's log goes ``ttl`` seconds after its last event (the oldest are
+    forgotten as others grow): a long-running process does not keep every conversation it saw.
+    """
+
+    def __init__(self, keep: int, ttl: float = 86400) -> None:
         self.keep = keep
+        self.ttl = ttl
         self._lock = threading.Lock()
-        self._logs: dict[str, tuple[list[int], deque[dict[str, Any]]]] = {}
+        self._logs: dict[str, _Kept] = {}  # the least recently grown first
+
+    def _live(self, thread_id: str, now: float) -> _Kept | None:
+        log = self._logs.get(thread_id)
+        return log if log is not None and now - log.touched < self.ttl else None
 
     async def append_many(
         self, thread_id: str, frames: list[dict[str, Any]], bodies: list[str] | None = None
     ) -> int:
+        now = time.monotonic()
         with self._lock:
-            log = self._logs.get(thread_id)
+            log = self._live(thread_id, now)
+            self._logs.pop(thread_id, None)
             if log is None:
-                log = self._logs[thread_id] = ([first_seq()], deque(maxlen=self.keep))
-            counter, kept = log
+                log = _Kept(first_seq(), deque(maxlen=self.keep), now)
+            self._logs[thread_id] = log  # (last: the most recently grown)
+            log.touched = now
             for frame in frames:
-                counter[0] += 1
-                frame["seq"] = counter[0]
-                kept.append(frame)
-            return counter[0]
+                log.counter += 1
+                frame["seq"] = log.counter
+                log.frames.append(frame)
+            while True:  # the least recently grown go once their time is up
+                stale = next(iter(self._logs))
+                if now - self._logs[stale].touched < self.ttl:
+                    break
+                del self._logs[stale]
+            return log.counter
 
     async def since(self, thread_id: str, after: int) -> Replay:
         with self._lock:
-            counter, frames = self._logs.get(thread_id, ([0], deque()))
-            kept = [frame for frame in frames if frame["seq"] > after]
-            oldest = frames[0]["seq"] if frames else counter[0] + 1
-        last = counter[0]
+            log = self._live(thread_id, time.monotonic())
+            if log is None:
+                return Replay([], is_gap(after, 1, 0), 0)
+            kept = [frame for frame in log.frames if frame["seq"] > after]
+            oldest = log.frames[0]["seq"] if log.frames else log.counter + 1
+            last = log.counter
         return Replay(kept, is_gap(after, oldest, last), last)
 
     async def redact(self, thread_id: str, scrub: Callable[[str], str]) -> int:
         changed = 0
         with self._lock:
-            _, frames = self._logs.get(thread_id, ([0], deque()))
-            for frame in frames:
+            log = self._logs.get(thread_id)
+            for frame in log.frames if log is not None else ():
                 clean = scrubbed(frame, scrub)
                 if clean != frame:
                     frame.clear()
@@ -256,7 +284,7 @@ def event_log() -> EventLog:
         if url:
             _log = RedisEventLog(url, keep=keep, ttl=assistant_settings.EVENT_LOG_TTL)
         else:
-            _log = MemoryEventLog(keep=keep)
+            _log = MemoryEventLog(keep=keep, ttl=assistant_settings.EVENT_LOG_TTL)
     return _log
 
 

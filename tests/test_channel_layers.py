@@ -26,7 +26,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.typing import Origin
 
 from assistant.broadcast import same_server
-from assistant.eventlog import RedisEventLog, event_log
+from assistant.eventlog import MemoryEventLog, RedisEventLog, event_log
 from assistant.models import AuditEntry, Conversation, Message
 from tests.channel_layers import REDIS_CHANNEL_LAYERS
 from tests.channel_layers import redis_channel_layer as redis_channel_layer_config
@@ -691,3 +691,25 @@ def test_a_change_made_in_another_process_before_the_first_turn_is_seen_by_that_
 
     assert first_turns == [seen] * 2
     assert not AuditEntry.objects.filter(operation="list_orders").exists()
+
+
+async def test_the_memory_log_forgets_a_conversation_its_ttl_after_its_last_event():
+    log = MemoryEventLog(keep=10, ttl=0.5)
+    first = await log.append_many("quiet", [{"type": "RUN_STARTED"}])
+    await log.append_many("busy", [{"type": "RUN_STARTED"}])
+    await asyncio.sleep(0.3)
+    await log.append_many("busy", [{"type": "RUN_FINISHED"}])  # the busy one lives on
+    await asyncio.sleep(0.3)
+
+    await log.append_many("busy", [{"type": "RUN_STARTED"}])
+
+    assert list(log._logs) == ["busy"]  # (a long-running process keeps no more than this)
+    replay = await log.since("quiet", first)
+    assert (replay.frames, replay.gap) == ([], True)  # as after a restart: the tab resumes
+    assert [frame["type"] for frame in (await log.since("busy", 0)).frames] == [
+        "RUN_STARTED",
+        "RUN_FINISHED",
+        "RUN_STARTED",
+    ]
+    again = await log.append_many("quiet", [{"type": "RUN_STARTED"}])
+    assert again > first  # numbered above what an open tab last saw
