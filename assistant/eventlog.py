@@ -90,8 +90,8 @@ class MemoryEventLog:
     async def append_many(
         self, thread_id: str, frames: list[dict[str, Any]], bodies: list[str] | None = None
     ) -> int:
-        now = time.monotonic()
         with self._lock:
+            now = time.monotonic()  # (under the lock: the logs stay in the order they grew)
             log = self._live(thread_id, now)
             self._logs.pop(thread_id, None)
             if log is None:

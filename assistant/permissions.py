@@ -230,52 +230,66 @@ MODEL_BACKEND = "django.contrib.auth.backends.ModelBackend"
 GUARDIAN_BACKEND = "guardian.backends.ObjectPermissionBackend"  # (no model permissions of its own)
 
 
-def _model_backend_alone() -> bool:
+def _model_backend_alone(user: Any) -> bool:
     """Whether ``get_all_permissions()`` is Django's ModelBackend's answer alone: the backends
-    are it and, at most, guardian's (which answers for objects only)."""
+    are it and, at most, guardian's (which answers for objects only), and the user model does
+    not answer otherwise itself."""
+    from django.contrib.auth.models import PermissionsMixin
+
     backends = set(settings.AUTHENTICATION_BACKENDS)
-    return MODEL_BACKEND in backends and backends <= {MODEL_BACKEND, GUARDIAN_BACKEND}
+    return (
+        MODEL_BACKEND in backends
+        and backends <= {MODEL_BACKEND, GUARDIAN_BACKEND}
+        and getattr(type(getattr(user, "_wrapped", user)), "get_all_permissions", None)
+        is PermissionsMixin.get_all_permissions  # (a lazy user object, as a request's: its own)
+    )
+
+
+OWN, GROUPS, ON_OBJECTS = 0, 1, 2  # where a row of ``_load_perms`` comes from
 
 
 def _load_perms(user: Any) -> tuple[frozenset[str], frozenset[str]]:
     """An active user's model permissions as ModelBackend reads them (their own and their
-    groups'), and their object permissions (``_load_object_perms``): one query, not four.
+    groups'), and their object permissions (``_load_object_perms``): one query, not three.
 
-    ModelBackend's cache is filled with them, as ``get_all_permissions()`` would: a handler's
-    ``has_perm`` asks nothing more.
+    ModelBackend's caches are filled with them, as ``get_all_permissions()`` fills them: a
+    handler's ``has_perm`` (or ``get_user_permissions``, ``ahas_perm``) asks nothing more.
+    A ``UNION`` (distinct), not ``UNION ALL``: guardian keeps a row per object.
     """
     from django.contrib.auth.models import Permission
     from django.db.models import Value
     from guardian.utils import get_group_obj_perms_model, get_user_obj_perms_model
 
-    groups = f"group__{user._meta.get_field('groups').related_query_name()}"
     plain = ("content_type__app_label", "codename")
     held = ("permission__content_type__app_label", "permission__codename")
+    groups = user.groups.all()
 
-    def tagged(queryset: Any, fields: tuple[str, str], on_objects: bool) -> Any:
-        tagged = queryset.annotate(on_objects=Value(on_objects)).order_by()
-        return tagged.values_list(*fields, "on_objects")
+    def tagged(queryset: Any, fields: tuple[str, str], source: int) -> Any:
+        # (each part and the whole without a default ordering: SQL allows none in a part)
+        tagged = queryset.annotate(source=Value(source)).order_by()
+        return tagged.values_list(*fields, "source")
 
     rows = (
-        tagged(user.user_permissions.all(), plain, False)
+        tagged(user.user_permissions.all(), plain, OWN)
         .union(
-            tagged(Permission.objects.filter(**{groups: user}), plain, False),
-            tagged(get_user_obj_perms_model()._default_manager.filter(user=user), held, True),
+            tagged(Permission.objects.filter(group__in=groups), plain, GROUPS),  # as Django 6.1
+            tagged(get_user_obj_perms_model()._default_manager.filter(user=user), held, ON_OBJECTS),
             tagged(
-                get_group_obj_perms_model()._default_manager.filter(group__in=user.groups.all()),
+                get_group_obj_perms_model()._default_manager.filter(group__in=groups),
                 held,
-                True,
+                ON_OBJECTS,
             ),
-            all=True,
         )
         .order_by()
-    )  # (no model's default ordering: the rows' order does not matter)
-    model: set[str] = set()
-    objects: set[str] = set()
-    for app, codename, on_objects in rows:
-        (objects if on_objects else model).add(f"{app}.{codename}")
-    user._perm_cache = model
-    return frozenset(model), frozenset(objects)
+    )
+    read: tuple[set[str], set[str], set[str]] = (set(), set(), set())
+    for app, codename, source in rows:
+        read[source].add(f"{app}.{codename}")
+    own, via_groups, objects = read
+    user._user_perm_cache = own
+    user._group_perm_cache = via_groups
+    user._perm_cache = own | via_groups
+    return frozenset(user._perm_cache), frozenset(objects)
 
 
 def _load_access(user: Any) -> UserAccess:
@@ -285,7 +299,7 @@ def _load_access(user: Any) -> UserAccess:
     perms: frozenset[str] = frozenset()
     object_perms: frozenset[str] | None = None  # (read when first needed)
     if active and not superuser:
-        if _model_backend_alone():
+        if _model_backend_alone(user):
             perms, object_perms = _load_perms(user)
         else:
             perms = frozenset(user.get_all_permissions())

@@ -357,15 +357,17 @@ def test_a_users_own_group_and_object_permissions_are_read_as_django_and_guardia
     group = Group.objects.create(name="approvers")
     group.permissions.add(perm("testapp.change_order"))
     olga.groups.add(group)
-    order = Order.objects.create(reference="ORD-1")
-    assign_perm("testapp.approve_order", olga, order)
-    assign_perm("testapp.delete_order", group, order)
+    orders = [Order.objects.create(reference=f"ORD-{n}") for n in range(3)]
+    for order in orders:  # (guardian keeps a row an object: the set has each permission once)
+        assign_perm("testapp.approve_order", olga, order)
+        assign_perm("testapp.delete_order", group, order)
     user = a_fresh(olga)
 
     with django_assert_num_queries(1):
         access = access_for(user)
         assert access.object_perms() == {"testapp.approve_order", "testapp.delete_order"}
-        assert user.has_perm("testapp.change_order")  # (Django's own cache: no query)
+        assert user.has_perm("testapp.change_order")  # (Django's own caches: no query)
+        assert user.get_group_permissions() == {"testapp.change_order"}
 
     assert access.perms == {"testapp.view_order", "testapp.change_order"}
     assert access.perms == a_fresh(olga).get_all_permissions()
@@ -383,3 +385,19 @@ def test_a_projects_own_authentication_backend_is_asked_for_permissions_too(plai
 
     assert access.perms == {"testapp.view_order"}
     assert "list_orders" in operations(a_fresh(plain_user))
+
+
+def test_a_user_model_that_answers_for_its_permissions_itself_is_asked(make_user, monkeypatch):
+    olga = make_user("olga", "testapp.view_order", "testapp.change_order")
+    model = type(olga)
+    asked = model.get_all_permissions
+
+    def but_suspended(self, obj=None):  # (a project's own user model, say)
+        return asked(self, obj) - {"testapp.view_order"}
+
+    monkeypatch.setattr(model, "get_all_permissions", but_suspended)
+
+    access = access_for(a_fresh(olga))
+
+    assert access.perms == {"testapp.change_order"}
+    assert "list_orders" not in operations(a_fresh(olga))
