@@ -128,16 +128,21 @@ class UserAccess:
         return tools
 
 
-def _load_object_perms(user: Any) -> frozenset[str]:
+HELD = ("permission__content_type__app_label", "permission__codename")  # a guardian row's
+
+
+def _held_on_objects(user: Any) -> tuple[Any, Any]:
+    """Guardian's rows of the user's object permissions: their own, and their groups'."""
     from guardian.utils import get_group_obj_perms_model, get_user_obj_perms_model
 
-    fields = ("permission__content_type__app_label", "permission__codename")
-    direct = get_user_obj_perms_model()._default_manager.filter(user=user).values_list(*fields)
-    via_groups = (
-        get_group_obj_perms_model()
-        ._default_manager.filter(group__in=user.groups.all())
-        .values_list(*fields)
+    return (
+        get_user_obj_perms_model()._default_manager.filter(user=user),
+        get_group_obj_perms_model()._default_manager.filter(group__in=user.groups.all()),
     )
+
+
+def _load_object_perms(user: Any) -> frozenset[str]:
+    direct, via_groups = (rows.values_list(*HELD) for rows in _held_on_objects(user))
     return frozenset(f"{app}.{codename}" for app, codename in direct.union(via_groups))
 
 
@@ -258,11 +263,9 @@ def _load_perms(user: Any) -> tuple[frozenset[str], frozenset[str]]:
     """
     from django.contrib.auth.models import Permission
     from django.db.models import Value
-    from guardian.utils import get_group_obj_perms_model, get_user_obj_perms_model
 
     plain = ("content_type__app_label", "codename")
-    held = ("permission__content_type__app_label", "permission__codename")
-    groups = user.groups.all()
+    direct, via_groups = _held_on_objects(user)
 
     def tagged(queryset: Any, fields: tuple[str, str], source: int) -> Any:
         # (each part and the whole without a default ordering: SQL allows none in a part)
@@ -272,13 +275,9 @@ def _load_perms(user: Any) -> tuple[frozenset[str], frozenset[str]]:
     rows = (
         tagged(user.user_permissions.all(), plain, OWN)
         .union(
-            tagged(Permission.objects.filter(group__in=groups), plain, GROUPS),  # as Django 6.1
-            tagged(get_user_obj_perms_model()._default_manager.filter(user=user), held, ON_OBJECTS),
-            tagged(
-                get_group_obj_perms_model()._default_manager.filter(group__in=groups),
-                held,
-                ON_OBJECTS,
-            ),
+            tagged(Permission.objects.filter(group__in=user.groups.all()), plain, GROUPS),
+            tagged(direct, HELD, ON_OBJECTS),
+            tagged(via_groups, HELD, ON_OBJECTS),
         )
         .order_by()
     )

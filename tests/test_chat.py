@@ -15,7 +15,7 @@ from assistant.chat import check_title, run_started_turn, run_turn, start_turn
 from assistant.exceptions import ConversationNotFound, InvalidMessage, InvalidTitle
 from assistant.models import AuditEntry, Conversation, Message
 from assistant.planner.keywords import reply_text
-from assistant.registry import ToolRegistry
+from assistant.registry import ToolRegistry, registry
 from assistant.turn import TURN_FAILED, Turn, short_title
 from tests.testapp.models import Order
 
@@ -255,9 +255,11 @@ def test_a_risky_request_in_chat_waits_for_confirmation(clerk):
 # -- a reply stored in its last call's hop ----------------------------------------------------
 
 
-def own_turn(user, text: str) -> Turn:
+def own_turn(user, text: str, site: ToolRegistry = registry) -> Turn:
     conversation, message = start_turn(user, text, None)
-    return Turn(user=user, conversation=conversation, user_message=message, source="rest")
+    return Turn(
+        user=user, conversation=conversation, user_message=message, source="rest", site=site
+    )
 
 
 def test_a_keyword_turn_stores_its_reply_in_the_hop_that_runs_its_tool(plain_user, monkeypatch):
@@ -356,14 +358,7 @@ def napping_site() -> ToolRegistry:
 
 
 def test_a_corrected_reply_is_stored_as_storable_as_any(plain_user):
-    conversation, message = start_turn(plain_user, "nap", None)
-    turn = Turn(
-        user=plain_user,
-        conversation=conversation,
-        user_message=message,
-        source="rest",
-        site=napping_site(),
-    )
+    turn = own_turn(plain_user, "nap", napping_site())
 
     async def work(turn: Turn) -> None:
         await turn.call("nap", {}, reply=reply_text)
@@ -378,14 +373,7 @@ def test_a_corrected_reply_is_stored_as_storable_as_any(plain_user):
 
 def test_a_call_cancelled_twice_while_its_tool_runs_leaves_one_reply_cancelled(plain_user):
     # (as a shutdown cancels every task): the tool's thread runs on, its reply is still one
-    conversation, message = start_turn(plain_user, "nap", None)
-    turn = Turn(
-        user=plain_user,
-        conversation=conversation,
-        user_message=message,
-        source="rest",
-        site=napping_site(),
-    )
+    turn = own_turn(plain_user, "nap", napping_site())
 
     async def work(turn: Turn) -> None:
         await turn.call("nap", {}, reply=reply_text)

@@ -261,7 +261,7 @@ def _texts(outcomes: list[Outcome]) -> list[str]:
 
 
 def reply_text(outcomes: list[Outcome]) -> str:
-    """The whole reply ``KeywordPlanner.run`` says after these outcomes: their texts."""
+    """What ``KeywordPlanner.run`` says once its calls are made: the outcomes' texts."""
     return "\n\n".join(_texts(outcomes))
 
 
