@@ -18,6 +18,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from rest_framework.permissions import BasePermission
 
+from .compiled import rows_for
 from .conf import assistant_settings
 from .exceptions import AccountInactive, PermissionDenied
 from .models import Tool
@@ -255,10 +256,25 @@ OWN, GROUPS, ON_OBJECTS = 0, 1, 2  # where a row of ``_load_perms`` comes from
 
 def _load_perms(user: Any) -> tuple[frozenset[str], frozenset[str]]:
     """An active user's model permissions as ModelBackend reads them (their own and their
-    groups'), and their object permissions (``_load_object_perms``): one query, not three.
+    groups'), and their object permissions (``_load_object_perms``): one query, not three,
+    compiled once per process (``compiled.rows_for``).
 
     ModelBackend's caches are filled with them, as ``get_all_permissions()`` fills them: a
     handler's ``has_perm`` (or ``get_user_permissions``, ``ahas_perm``) asks nothing more.
+    """
+    read: tuple[set[str], set[str], set[str]] = (set(), set(), set())
+    for app, codename, source in rows_for("assistant.permissions", user, _permission_rows):
+        read[source].add(f"{app}.{codename}")
+    own, via_groups, objects = read
+    user._user_perm_cache = own
+    user._group_perm_cache = via_groups
+    user._perm_cache = own | via_groups
+    return frozenset(user._perm_cache), frozenset(objects)
+
+
+def _permission_rows(user: Any) -> Any:
+    """``(app_label, codename, source)`` of every permission the user holds, each source once.
+
     A ``UNION`` (distinct), not ``UNION ALL``: guardian keeps a row per object.
     """
     from django.contrib.auth.models import Permission
@@ -272,7 +288,7 @@ def _load_perms(user: Any) -> tuple[frozenset[str], frozenset[str]]:
         tagged = queryset.annotate(source=Value(source)).order_by()
         return tagged.values_list(*fields, "source")
 
-    rows = (
+    return (
         tagged(user.user_permissions.all(), plain, OWN)
         .union(
             tagged(Permission.objects.filter(group__in=user.groups.all()), plain, GROUPS),
@@ -281,14 +297,6 @@ def _load_perms(user: Any) -> tuple[frozenset[str], frozenset[str]]:
         )
         .order_by()
     )
-    read: tuple[set[str], set[str], set[str]] = (set(), set(), set())
-    for app, codename, source in rows:
-        read[source].add(f"{app}.{codename}")
-    own, via_groups, objects = read
-    user._user_perm_cache = own
-    user._group_perm_cache = via_groups
-    user._perm_cache = own | via_groups
-    return frozenset(user._perm_cache), frozenset(objects)
 
 
 def _load_access(user: Any) -> UserAccess:
@@ -385,11 +393,15 @@ def _reload_flags(user: Any) -> None:
     model = user._meta.model
     concrete = {f.attname for f in model._meta.concrete_fields}
     flags = [flag for flag in USER_FLAGS if flag in concrete]
-    row = model._default_manager.filter(pk=user.pk).values(*flags).first() if flags else {}
-    if row is None:
-        row = dict.fromkeys(flags, False)
-    for flag, value in row.items():
-        setattr(user, flag, value)
+    if not flags:
+        return
+    rows = rows_for(
+        "assistant.flags",
+        user,
+        lambda row: model._default_manager.filter(pk=row.pk).values_list(*flags)[:1],
+    )
+    for flag, value in zip(flags, rows[0] if rows else [False] * len(flags), strict=True):
+        setattr(user, flag, bool(value))
 
 
 _generation = 0

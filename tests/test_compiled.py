@@ -1,0 +1,141 @@
+"""Queries about one row compiled once per process: every row gets its own answer, not another's."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.db.models.sql.compiler import SQLCompiler
+from guardian.shortcuts import assign_perm
+
+from assistant import compiled
+from assistant.compiled import rows_for
+from assistant.models import Conversation, Message
+from assistant.permissions import access_for
+from tests.conftest import perm
+from tests.testapp.models import Order
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _nothing_compiled_yet():
+    compiled._compiled.clear()
+    yield
+    compiled._compiled.clear()
+
+
+def fresh(user):
+    return get_user_model().objects.get(pk=user.pk)
+
+
+def test_each_user_reads_their_own_permissions_from_the_one_compiled_query(make_user):
+    olga = make_user("olga", "testapp.view_order")
+    group = Group.objects.create(name="approvers")
+    group.permissions.add(perm("testapp.change_order"))
+    ivan = make_user("ivan")
+    ivan.groups.add(group)
+    order = Order.objects.create(reference="ORD-1")
+    assign_perm("testapp.approve_order", ivan, order)
+    users = [olga, ivan, make_user("nobody")]
+
+    read = [access_for(fresh(user)) for user in users]
+
+    assert [access.perms for access in read] == [
+        {"testapp.view_order"},
+        {"testapp.change_order"},
+        set(),
+    ]
+    assert [access.object_perms() for access in read] == [set(), {"testapp.approve_order"}, set()]
+    for user, access in zip(users, read, strict=True):
+        assert access.perms == fresh(user).get_all_permissions()
+
+
+def test_a_second_user_is_read_without_building_the_query_again(make_user, monkeypatch):
+    access_for(fresh(make_user("first", "testapp.view_order")))
+    second = fresh(make_user("second", "testapp.change_order"))
+    compiles = []
+    as_sql = SQLCompiler.as_sql
+
+    def counted(self, *args, **kwargs):
+        compiles.append(self.query.model)
+        return as_sql(self, *args, **kwargs)
+
+    monkeypatch.setattr(SQLCompiler, "as_sql", counted)
+
+    assert access_for(second).perms == {"testapp.change_order"}
+    assert compiles == []
+
+
+def test_a_key_equal_to_a_constant_of_the_query_is_not_confused_with_it():
+    """The permission query tags its parts 0, 1 and 2: users 1, 2 and 3 still get their own."""
+    User = get_user_model()
+    group = Group.objects.create(name="approvers")
+    group.permissions.add(perm("testapp.change_order"))
+    order = Order.objects.create(reference="ORD-1")
+    for pk in (1, 2, 3):
+        User.objects.filter(pk=pk).delete()
+        user = User.objects.create_user(pk=pk, username=f"user-{pk}")
+        user.user_permissions.add(perm("testapp.view_order"))
+        user.groups.add(group)
+        assign_perm("testapp.approve_order", user, order)
+
+        access = access_for(fresh(user))
+
+        assert access.perms == {"testapp.view_order", "testapp.change_order"}
+        assert access.object_perms() == {"testapp.approve_order"}
+
+
+def test_a_flag_changed_behind_the_user_objects_back_is_read(make_user):
+    from assistant.permissions import _reload_flags
+
+    user = make_user("olga")
+    get_user_model().objects.filter(pk=user.pk).update(is_active=False, is_staff=True)
+
+    _reload_flags(user)
+
+    assert (user.is_active, user.is_staff, user.is_superuser) == (False, True, False)
+
+
+def test_a_deleted_user_reads_as_inactive(make_user):
+    from assistant.permissions import _reload_flags
+
+    user = make_user("olga", is_staff=True)
+    get_user_model().objects.filter(pk=user.pk).delete()
+
+    _reload_flags(user)
+
+    assert (user.is_active, user.is_staff) == (False, False)
+
+
+def test_rows_with_a_uuid_key_are_their_own(make_user):
+    user = make_user("olga")
+    ours, theirs = (Conversation.objects.create(user=user, title=t) for t in ("ours", "theirs"))
+    Message.objects.create(conversation=ours, role="user", text="hello")
+    Message.objects.create(conversation=theirs, role="user", text="bye")
+
+    def texts(conversation):
+        return Message.objects.filter(conversation=conversation).values_list("text")
+
+    assert rows_for("test.texts", ours, texts) == [("hello",)]
+    assert rows_for("test.texts", theirs, texts) == [("bye",)]
+    assert compiled._compiled[("test.texts", Conversation, "default")] is not None
+
+
+def test_a_query_that_does_not_take_the_key_as_a_parameter_is_built_every_time(make_user):
+    user = make_user("olga")
+
+    def by_name(row):  # (the key is not in this query at all)
+        return get_user_model().objects.filter(username=row.username).values_list("pk")
+
+    assert rows_for("test.by_name", user, by_name) == [(user.pk,)]
+    assert compiled._compiled[("test.by_name", get_user_model(), "default")] is None
+
+
+def test_a_changed_setting_compiles_again(make_user, settings):
+    access_for(fresh(make_user("olga")))
+    assert compiled._compiled
+
+    settings.GUARDIAN_RAISE_403 = False  # (any setting: what a query depends on may have changed)
+
+    assert not compiled._compiled
