@@ -29,6 +29,7 @@ from .chat import (
     conversation_for,
     launch,
 )
+from .compiled import rows_for
 from .conf import assistant_settings
 from .eventlog import event_log
 from .exceptions import (
@@ -494,7 +495,7 @@ def _waiting_actions(
 ) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """The conversation's own waiting actions (oldest first), and how many the user's inbox holds
     per conversation ("" for those in none, or in someone else's)."""
-    if not PendingAction.objects.may_concern(user).exists():
+    if not rows_for("assistant.may_concern", user, _one_that_may_concern):
         return [], {}  # as nearly always: one plain query, not the inbox's two
     answerable = PendingAction.objects.answerable_by(user)
     waiting: dict[str, int] = {}
@@ -505,6 +506,10 @@ def _waiting_actions(
         return [], waiting
     own = answerable.owned_by(user).filter(conversation=conversation).select_related("user")
     return [action.shown() for action in own.order_by("created_at")], waiting
+
+
+def _one_that_may_concern(user: Any) -> Any:
+    return PendingAction.objects.may_concern(user).values_list("pk")[:1]
 
 
 def _stored_messages(conversation: Any) -> tuple[list[Message], bool]:

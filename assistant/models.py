@@ -149,8 +149,9 @@ class PendingActionQuerySet(models.QuerySet["PendingAction"]):
 
     def may_concern(self, user: Any) -> PendingActionQuerySet:
         """Every waiting action ``answerable_by`` could list, and more, in one plain query: the
-        user's own and every two-person one (no permission read). Nothing here: nothing for them."""
-        return self.waiting().filter(
+        user's own and every two-person one, expired or not (no permission read, no clock: the
+        query is the same for every user but their key). Nothing here: nothing for them."""
+        return self.filter(status=PendingAction.Status.PENDING).filter(
             models.Q(user_id=user.pk) | models.Q(policy=PendingAction.Policy.TWO_PERSON)
         )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.test import Client, override_settings
+from django.utils import timezone
 from pydantic import TypeAdapter
 
 from assistant.broadcast import Publisher, group_name
@@ -480,6 +482,20 @@ async def test_a_socket_gets_no_pending_actions_once_they_are_answered(open_sock
     second = await open_socket(clerk)
 
     assert await second.receive_nothing(timeout=0.2)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_socket_is_told_nothing_of_an_approval_that_ran_out_before_it_was_closed(
+    open_socket, clerk
+):
+    order = await Order.objects.acreate(reference="ORD-1")
+    outcome = await adispatch("cancel_order", {"order_id": order.pk}, user=clerk)
+    ran_out = timezone.now() - timedelta(seconds=1)  # (still "pending": nothing closed it yet)
+    await PendingAction.objects.filter(pk=outcome.pending_action.pk).aupdate(expires_at=ran_out)
+
+    socket = await open_socket(clerk)
+
+    assert await socket.receive_nothing(timeout=0.2)
 
 
 # -- bad frames ------------------------------------------------------------------------------
