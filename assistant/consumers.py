@@ -509,7 +509,7 @@ def _waiting_actions(
 
 
 def _one_that_may_concern(user: Any) -> Any:
-    return PendingAction.objects.may_concern(user).values_list("pk")[:1]
+    return PendingAction.objects.may_concern(user).order_by().values_list("pk")[:1]
 
 
 def _stored_messages(conversation: Any) -> tuple[list[Message], bool]:

@@ -11,6 +11,8 @@ from typing import Any, ClassVar
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
+from django.db.models import ExpressionWrapper, Value
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from .exceptions import (
@@ -126,6 +128,10 @@ def entities_digest(entities: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+# How far the database's clock may run ahead of the servers' for ``may_concern`` to hide nothing.
+CLOCK_MARGIN = Value(timedelta(minutes=5), output_field=models.DurationField())
+
+
 class PendingActionQuerySet(models.QuerySet["PendingAction"]):
     def waiting(self) -> PendingActionQuerySet:
         return self.filter(status=PendingAction.Status.PENDING, expires_at__gt=timezone.now())
@@ -149,9 +155,13 @@ class PendingActionQuerySet(models.QuerySet["PendingAction"]):
 
     def may_concern(self, user: Any) -> PendingActionQuerySet:
         """Every waiting action ``answerable_by`` could list, and more, in one plain query: the
-        user's own and every two-person one, expired or not (no permission read, no clock: the
-        query is the same for every user but their key). Nothing here: nothing for them."""
-        return self.filter(status=PendingAction.Status.PENDING).filter(
+        user's own and every two-person one (no permission read). Nothing here: nothing for them.
+
+        Its clock is the database's, a few minutes generous (a clock ahead of ours hides
+        nothing), so the query is the same for every user but their key.
+        """
+        due = ExpressionWrapper(Now() - CLOCK_MARGIN, output_field=models.DateTimeField())
+        return self.filter(status=PendingAction.Status.PENDING, expires_at__gt=due).filter(
             models.Q(user_id=user.pk) | models.Q(policy=PendingAction.Policy.TWO_PERSON)
         )
 

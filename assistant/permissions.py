@@ -401,7 +401,7 @@ def _reload_flags(user: Any) -> None:
         lambda row: model._default_manager.filter(pk=row.pk).values_list(*flags)[:1],
     )
     for flag, value in zip(flags, rows[0] if rows else [False] * len(flags), strict=True):
-        setattr(user, flag, bool(value))
+        setattr(user, flag, value)
 
 
 _generation = 0

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db.models.sql.compiler import SQLCompiler
+from django.utils import timezone
+from django.utils.functional import SimpleLazyObject
 from guardian.shortcuts import assign_perm
 
 from assistant import compiled
 from assistant.compiled import rows_for
-from assistant.models import Conversation, Message
-from assistant.permissions import access_for
+from assistant.consumers import _waiting_actions
+from assistant.dispatch import dispatch
+from assistant.models import Conversation, Message, PendingAction
+from assistant.permissions import _reload_flags, access_for, reread_access
 from tests.conftest import perm
 from tests.testapp.models import Order
 
@@ -87,8 +93,6 @@ def test_a_key_equal_to_a_constant_of_the_query_is_not_confused_with_it():
 
 
 def test_a_flag_changed_behind_the_user_objects_back_is_read(make_user):
-    from assistant.permissions import _reload_flags
-
     user = make_user("olga")
     get_user_model().objects.filter(pk=user.pk).update(is_active=False, is_staff=True)
 
@@ -98,8 +102,6 @@ def test_a_flag_changed_behind_the_user_objects_back_is_read(make_user):
 
 
 def test_a_deleted_user_reads_as_inactive(make_user):
-    from assistant.permissions import _reload_flags
-
     user = make_user("olga", is_staff=True)
     get_user_model().objects.filter(pk=user.pk).delete()
 
@@ -139,3 +141,91 @@ def test_a_changed_setting_compiles_again(make_user, settings):
     settings.GUARDIAN_RAISE_403 = False  # (any setting: what a query depends on may have changed)
 
     assert not compiled._compiled
+
+
+def test_a_lazy_user_object_is_read_as_the_user_it_stands_for(make_user):
+    olga = make_user("olga", "testapp.view_order")
+    access_for(fresh(make_user("first")))  # (compiled for the user model already)
+
+    access = access_for(SimpleLazyObject(lambda: fresh(olga)))
+
+    assert access.perms == {"testapp.view_order"}
+
+
+def test_a_query_holding_the_key_written_otherwise_is_built_every_time(make_user):
+    user = make_user("olga")
+
+    def by_name_too(row):  # (the key as text too: a second parameter that changes with it)
+        return (
+            get_user_model()
+            .objects.filter(pk=row.pk, username__in=[str(row.pk), "olga"])
+            .values_list("username")
+        )
+
+    assert rows_for("test.by_name_too", user, by_name_too) == [("olga",)]
+    assert compiled._compiled[("test.by_name_too", get_user_model(), "default")] is None
+
+
+def test_a_query_holding_the_clock_is_built_every_time(make_user):
+    user = make_user("olga")
+
+    def joined_by_now(row):
+        return (
+            get_user_model()
+            .objects.filter(pk=row.pk, date_joined__lte=timezone.now())
+            .values_list("username")
+        )
+
+    assert rows_for("test.joined", user, joined_by_now) == [("olga",)]
+    assert rows_for("test.joined", user, joined_by_now) == [("olga",)]
+    assert compiled._compiled[("test.joined", get_user_model(), "default")] is None
+
+
+def test_values_are_converted_as_the_orm_converts_them(make_user):
+    conversation = Conversation.objects.create(user=make_user("olga"), title="t")
+    message = Message.objects.create(conversation=conversation, role="user", tool_calls=[{"a": 1}])
+
+    def read(row):
+        return Message.objects.filter(conversation=row).values_list(
+            "tool_calls", "id", "created_at"
+        )
+
+    expected = list(read(conversation))
+
+    assert rows_for("test.read", conversation, read) == expected  # (compiling)
+    assert rows_for("test.read", conversation, read) == expected  # (compiled)
+    assert expected == [([{"a": 1}], message.pk, message.created_at)]
+    assert compiled._compiled[("test.read", Conversation, "default")] is not None
+
+
+def test_a_first_turns_queries_are_compiled(make_user):
+    user = fresh(make_user("olga"))
+    reread_access(user)
+
+    access_for(user)
+    _waiting_actions(user, None)
+
+    User = get_user_model()
+    for name in ("assistant.permissions", "assistant.flags", "assistant.may_concern"):
+        assert compiled._compiled[(name, User, "default")] is not None, name
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_approval_is_asked_about_until_a_few_minutes_after_it_ran_out(make_user):
+    from tests.testapp.models import Order
+
+    clerk = make_user("clerk", "testapp.view_order", "testapp.change_order")
+    order = Order.objects.create(reference="ORD-1")
+    action = dispatch("cancel_order", {"order_id": order.pk}, user=clerk).pending_action
+    may_concern = PendingAction.objects.may_concern
+
+    assert may_concern(clerk).exists()
+    PendingAction.objects.filter(pk=action.pk).update(
+        expires_at=timezone.now() - timedelta(minutes=1)
+    )
+    assert may_concern(clerk).exists()  # (generous: nothing is hidden from a clock ahead)
+    assert _waiting_actions(clerk, None) == ([], {})  # (the inbox's own query is exact)
+    PendingAction.objects.filter(pk=action.pk).update(
+        expires_at=timezone.now() - timedelta(minutes=6)
+    )
+    assert not may_concern(clerk).exists()
