@@ -17,7 +17,9 @@ same load. On the 2-core development box, 2026-12-02 (6 messages, ``--ramp 10``)
 reached p95 220 ms at 600 clients. Ours reached 27 ms at 300, 839-968 ms at 450 and 2.4-2.7 s at
 600 (README). Later that day, on a slow spell of the same machine, with the chat's bursts and one
 Redis round trip a burst: the floor p95 174 ms at 300 clients, 807 ms at 450, 1.3 s at 600; ours
-130 ms at 225, 845 ms at 300, 3.5 s at 450 (5.3 s with ``--frames``). ``--frames`` makes its
+130 ms at 225, 845 ms at 300, 3.5 s at 450 (5.3 s with ``--frames``). 2026-12-03, once a first
+turn's queries were compiled once per process: 600 clients at p95 606-922 ms counting the
+arrivals, 429-583 ms after them (the code before, run beside it: 1.41-1.49 s). ``--frames`` makes its
 clients take one event a message. ``--switch-interval`` made no difference beyond the noise on an
 earlier machine.
 The CPU per turn set beside the floor's, closed loop, is turn_cost.py's.
