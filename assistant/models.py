@@ -158,9 +158,12 @@ class PendingActionQuerySet(models.QuerySet["PendingAction"]):
         user's own and every two-person one (no permission read). Nothing here: nothing for them.
 
         Its clock is the database's, a few minutes generous (a clock ahead of ours hides
-        nothing), so the query is the same for every user but their key.
+        nothing), so the query is the same for every user but their key; without ``USE_TZ`` it
+        is ours (stored times are then local, and SQLite's clock is UTC).
         """
-        due = ExpressionWrapper(Now() - CLOCK_MARGIN, output_field=models.DateTimeField())
+        due: Any = timezone.now()
+        if settings.USE_TZ:
+            due = ExpressionWrapper(Now() - CLOCK_MARGIN, output_field=models.DateTimeField())
         return self.filter(status=PendingAction.Status.PENDING, expires_at__gt=due).filter(
             models.Q(user_id=user.pk) | models.Q(policy=PendingAction.Policy.TWO_PERSON)
         )

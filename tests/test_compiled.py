@@ -229,3 +229,21 @@ def test_an_approval_is_asked_about_until_a_few_minutes_after_it_ran_out(make_us
         expires_at=timezone.now() - timedelta(minutes=6)
     )
     assert not may_concern(clerk).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_without_time_zones_an_approval_is_asked_about_by_the_servers_clock(make_user, settings):
+    """Stored times are then local: a database clock in UTC would miss those west of it."""
+    from tests.testapp.models import Order
+
+    settings.USE_TZ, settings.TIME_ZONE = False, "America/New_York"
+    clerk = make_user("clerk", "testapp.view_order", "testapp.change_order")
+    order = Order.objects.create(reference="ORD-1")
+    action = dispatch("cancel_order", {"order_id": order.pk}, user=clerk).pending_action
+
+    assert PendingAction.objects.may_concern(clerk).exists()
+    assert _waiting_actions(clerk, None)[1] == {"": 1}
+    PendingAction.objects.filter(pk=action.pk).update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    assert not PendingAction.objects.may_concern(clerk).exists()
