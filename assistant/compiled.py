@@ -39,7 +39,7 @@ def _sentinels(field: models.Field[Any, Any]) -> tuple[Any, Any] | None:
     if isinstance(field, models.IntegerField | models.AutoField):
         return -2_000_000_011, -2_000_000_017
     if isinstance(field, models.CharField):
-        return tuple(f"assistant-sentinel-{uuid.uuid4().hex}" for _ in range(2))  # type: ignore[return-value]
+        return f"assistant-sentinel-{uuid.uuid4().hex}", f"assistant-sentinel-{uuid.uuid4().hex}"
     return None
 
 
