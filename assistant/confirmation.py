@@ -8,6 +8,7 @@ Who may answer, and what a confirmation must carry, is the action's policy
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, NamedTuple
 
 from asgiref.sync import async_to_sync, sync_to_async
@@ -16,12 +17,14 @@ from .dispatch import (
     Call,
     CallContext,
     Decision,
+    DispatchCancelled,
     Outcome,
     Step,
     aaudited,
     audited,
     authorize,
     authorize_instance,
+    came_to,
     context_of,
     decide,
     in_one_hop,
@@ -34,9 +37,9 @@ from .dispatch import (
     validate,
     write_audit,
 )
-from .exceptions import ActionExpired, InvalidEntities
+from .exceptions import AccountInactive, ActionExpired, InvalidEntities, OutsideTokenScope
 from .models import PendingAction
-from .permissions import reread_access
+from .permissions import access_for, reread_access
 from .registry import ToolResult
 from .storable import storable
 
@@ -86,7 +89,14 @@ class Answer(NamedTuple):
 def answerable(
     action_id: Any, user: Any, *, confirm: bool, reason: str = "", phrase: str = ""
 ) -> PendingAction:
-    """The action this user may answer so; else ``ActionNotFound`` or the policy's refusal."""
+    """The action this user may answer so; else ``ActionNotFound`` or the policy's refusal.
+
+    A risky moment for whoever answers, as ``authorize_now`` is for the requester: their flags
+    and permissions are read as they are now (an open socket's user object may hold a reading
+    from before an approver lost the permission or was deactivated).
+    """
+    reread_access(user)
+    access_for(user)  # (and Django's permission cache, which ``for_decider`` asks, emptied)
     action = PendingAction.for_decider(action_id, user)
     action.check_answer(user, confirm=confirm, reason=reason, phrase=phrase)
     return action
@@ -154,18 +164,32 @@ def _claimed_here(call: Call, stopped: Outcome | None, answer: Answer) -> Outcom
 
 
 async def _claimed_in_loop(call: Call, stopped: Outcome | None, answer: Answer) -> Outcome:
-    """The async tail: ready (a toolset's), claim, run, audit."""
+    """The async tail: ready (a toolset's), claim, run, audit.
+
+    Stopped on the way, the action is audited and keeps what it came to (an MCP retry is told
+    so, not left waiting): the audit's and the keeping's hops follow the claim's in the sync
+    thread, so they see whether it claimed.
+    """
     if stopped is not None:
         return await aaudited(call, stopped)
     own = own_session(call)
     try:
-        outcome = await make_ready(call) or await sync_to_async(claim)(call, answer)
-        outcome = outcome or await run_async(call)
-        outcome = await aaudited(call, _noted(call, outcome, answer))
-        return await sync_to_async(kept)(call, outcome)
+        try:
+            outcome = await make_ready(call) or await sync_to_async(claim)(call, answer)
+            outcome = outcome or await run_async(call)
+        except asyncio.CancelledError as exc:
+            outcome = _noted(call, came_to(call, exc), answer)
+            await asyncio.shield(_settled(call, outcome))
+            raise DispatchCancelled(outcome) from None
+        return await _settled(call, _noted(call, outcome, answer))
     finally:
         if own is not None:
             await own.stop()
+
+
+async def _settled(call: Call, outcome: Outcome) -> Outcome:
+    """Audited, then kept by its action."""
+    return await sync_to_async(kept)(call, await aaudited(call, outcome))
 
 
 def confirm_action(
@@ -211,6 +235,10 @@ def cancel_action(
     """Refuse a pending action (audited ``cancelled``); raises ``ActionNotFound`` / ``AlreadyDecided``."""
     context = context_of(context, where)
     answer = Answer(context.user, reason)
+    call = _refusal(answerable(action_id, answer.user, confirm=False), context)
+    refused = unrefusable(call, answer.user)
+    if refused is not None:
+        return audited(call, refused)
     try:
         action = PendingAction.decide(
             action_id, answer.user, PendingAction.Status.CANCELLED, reason=reason, site=context.site
@@ -224,6 +252,19 @@ def cancel_action(
     outcome = call.finish(Decision.CANCELLED, result=result)
     outcome.reason = answer.audit_reason(action, "refused")
     return kept(call, audited(call, outcome))
+
+
+def unrefusable(call: Call, user: Any) -> Outcome | None:
+    """The ``denied`` outcome of a refusal its answerer may not make after all: a deactivated
+    user's, or a bounded token's beyond its ceiling (it changes things only through its tools)."""
+    if not access_for(user).active:
+        return call.stop(Decision.DENIED, AccountInactive())
+    ceiling, tool = call.context.ceiling, call.tool
+    if ceiling is None or (tool is not None and ceiling.allows(tool)):
+        return None
+    return call.stop(
+        Decision.DENIED, OutsideTokenScope(f"This token does not allow {call.operation}.")
+    )
 
 
 def _refusal(action: PendingAction, context: CallContext) -> Call:

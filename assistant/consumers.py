@@ -497,6 +497,7 @@ def _waiting_actions(
     per conversation ("" for those in none, or in someone else's)."""
     if not rows_for("assistant.may_concern", user, _one_that_may_concern):
         return [], {}  # as nearly always: one plain query, not the inbox's two
+    access_for(user)  # a reading permission news made stale is replaced: the inbox asks has_perm
     answerable = PendingAction.objects.answerable_by(user)
     waiting: dict[str, int] = {}
     for row in answerable.values("conversation", "user").annotate(count=Count("id")).order_by():

@@ -606,17 +606,15 @@ def _run_sync_with_deadline(call: Call) -> Outcome:
 def _ended(call: Call, value: Any) -> Outcome:
     """A handler returned: its result, unless the run was stopped meanwhile."""
     if call.cancel is not None and call.cancel.is_cancelled:
-        return call.finish(
-            Decision.CANCELLED,
-            result=_as_result(value, call.operation) if value is not None else None,
-            error=Cancelled("Stopped while running."),
-            error_summary="stopped while running",
-        )
+        outcome = stopped(call, "while running")
+        outcome.result = _as_result(value, call.operation) if value is not None else None
+        return outcome
     return call.finished(value)
 
 
 async def run_async(call: Call) -> Outcome:
-    """Run the handler from the event loop (a sync one in a thread); a stop is audited, then raised."""
+    """Run the handler from the event loop (a sync one in a thread); a stop raises
+    ``DispatchCancelled`` with the call's ``cancelled`` outcome, for the caller to audit."""
     tool = call.tool
     assert tool is not None
     if tool.timeout is not None:
@@ -638,14 +636,8 @@ async def run_async(call: Call) -> Outcome:
         call.cancel.cancel()  # a sync handler in its thread sees its token fire
         return _timed_out(call)
     except asyncio.CancelledError:
-        # The run was stopped while the handler ran: the audit still says so.
-        outcome = call.finish(
-            Decision.CANCELLED,
-            error=Cancelled("Stopped while running."),
-            error_summary="stopped while running",
-        )
-        await asyncio.shield(aaudited(call, outcome))
-        raise DispatchCancelled(outcome) from None
+        # The run was stopped while the handler ran: the caller audits that, then goes on.
+        raise DispatchCancelled(stopped(call, "while running")) from None
     except Exception as exc:
         return call.failed(exc)
     return call.finished(value)
@@ -657,6 +649,13 @@ async def _awaited(tool: AssistantTool, tool_call: ToolCall, values: dict[str, A
     if tool.timeout is None:
         return await running
     return await asyncio.wait_for(running, tool.timeout)
+
+
+def stopped(call: Call, when: str) -> Outcome:
+    """The outcome of a call stopped ``when`` (while running, before it ran)."""
+    return call.finish(
+        Decision.CANCELLED, error=Cancelled(f"Stopped {when}."), error_summary=f"stopped {when}"
+    )
 
 
 def _timed_out(call: Call) -> Outcome:
@@ -679,7 +678,7 @@ async def aaudited(call: Call, outcome: Outcome) -> Outcome:
 
 
 class DispatchCancelled(asyncio.CancelledError):
-    """The run was stopped while a handler ran; carries the audited ``cancelled`` outcome."""
+    """The call was stopped; carries what it came to (audited by the time dispatch raises it)."""
 
     def __init__(self, outcome: Outcome) -> None:
         super().__init__("stopped while running")
@@ -751,22 +750,42 @@ def own_session(call: Call) -> ToolSession | None:
 
 
 async def in_loop(call: Call) -> Outcome:
-    """The whole pipeline from the event loop: decide, ready, gate, run, audit."""
+    """The whole pipeline from the event loop: decide, ready, gate, run, audit.
+
+    Stopped at any step (a toolset still starting, a hop to the sync thread), the call is
+    audited as what it came to before ``DispatchCancelled`` goes on: nothing unaudited.
+    """
     own = own_session(call)
     try:
-        outcome = decide(call) if decides_in_loop(call) else await sync_to_async(decide)(call)
-        if outcome is None and call.tool is not None and call.tool.toolset is not None:
-            outcome = await make_ready(call)
-        if outcome is None and call.tool is not None and call.tool.prepare is not None:
-            outcome = await aprepare(call)
-        if outcome is None:
-            outcome = (
-                await sync_to_async(open_action)(call) if gated(call) else await run_async(call)
-            )
+        try:
+            outcome = await _settled_in_loop(call)
+        except asyncio.CancelledError as exc:
+            outcome = came_to(call, exc)
+            await asyncio.shield(aaudited(call, outcome))
+            raise DispatchCancelled(outcome) from None
         return await aaudited(call, outcome)
     finally:
         if own is not None:
             await own.stop()
+
+
+async def _settled_in_loop(call: Call) -> Outcome:
+    outcome = decide(call) if decides_in_loop(call) else await sync_to_async(decide)(call)
+    if outcome is None and call.tool is not None and call.tool.toolset is not None:
+        outcome = await make_ready(call)
+    if outcome is None and call.tool is not None and call.tool.prepare is not None:
+        outcome = await aprepare(call)
+    if outcome is None:
+        # (the gate's hop is waited out when stopped: an action it opens is audited)
+        outcome = await in_one_hop(open_action, call) if gated(call) else await run_async(call)
+    return outcome
+
+
+def came_to(call: Call, stop: asyncio.CancelledError) -> Outcome:
+    """What a stopped call came to: its run's or its hop's outcome, else stopped before it ran."""
+    if isinstance(stop, DispatchCancelled):
+        return stop.outcome
+    return stopped(call, "before it ran")
 
 
 def dispatch(

@@ -53,6 +53,7 @@ from .confirmation import acancel_action, aconfirm_action
 from .dispatch import CallContext, Decision, DispatchCancelled, Outcome, adispatch
 from .exceptions import AssistantError
 from .models import Job, PendingAction
+from .permissions import reread_access
 from .registry import AssistantTool, RiskLevel, ToolRegistry, registry
 from .tokens import Bearer, aauthenticate_bearer
 
@@ -95,6 +96,10 @@ def caller_of(ctx: ServerRequestContext[Any, Any]) -> Caller:
     caller = scope.get(SCOPE_KEY) if isinstance(scope, dict) else None
     if caller is None and isinstance(ctx.lifespan_context, dict):
         caller = ctx.lifespan_context.get(SCOPE_KEY)
+        if isinstance(caller, Caller):
+            # stdio's one user object outlives every request: each reads the user's flags and
+            # permissions afresh, as a request over HTTP or a CLI call does
+            reread_access(caller.user)
     if not isinstance(caller, Caller):  # the view refuses such requests before the SDK sees them
         raise RuntimeError("an MCP request reached the server without an authenticated caller")
     return caller

@@ -23,7 +23,7 @@ from django.test import Client
 from guardian.shortcuts import assign_perm, remove_perm
 
 from assistant import permissions
-from assistant.models import AuditEntry
+from assistant.models import AuditEntry, PendingAction
 from assistant.permissions import (
     access_changed,
     access_for,
@@ -212,6 +212,23 @@ async def test_a_pending_approval_confirmed_after_the_user_was_deactivated_is_re
 
     assert calls(answered) == [("approve_order", "denied")]
     assert (await Order.objects.aget()).approvals == 0
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_pending_approval_refused_after_the_user_was_deactivated_is_refused_too(
+    open_socket, clerk
+):
+    order = await Order.objects.acreate(reference="ORD-1")
+    socket = await open_socket(clerk)
+    asked = await ask(socket, f"approve order {order.pk}")
+    (interrupt,) = asked[-1]["outcome"]["interrupts"]
+
+    await sync_to_async(change_flags)(clerk, is_active=False)
+    await send(socket, type="reject", action=interrupt["id"])
+    answered = await receive_run(socket)
+
+    assert calls(answered) == [("approve_order", "denied")]
+    assert (await PendingAction.objects.aget()).status == "pending"
 
 
 # -- granting --------------------------------------------------------------------------------
