@@ -20,8 +20,8 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from . import events
 from .cancellation import CancellationToken
 from .conf import assistant_settings
-from .confirmation import acancel_action, aconfirm_action, answerable, cancel_action
-from .dispatch import Outcome
+from .confirmation import acancel_action, aconfirm_action, answerable, withdraw_action
+from .dispatch import CallContext, Outcome
 from .exceptions import (
     ActionNotFound,
     AssistantError,
@@ -182,18 +182,24 @@ def delete_conversations(
     *,
     source: str,
     request_ip: str | None = None,
+    as_staff: bool = False,
 ) -> int:
-    """Delete these conversations of the user's, hard: their messages go, the audit stays.
+    """Delete these conversations of the user's (any of them ``as_staff``, the caller having
+    checked the permission), hard: their messages go, the audit stays.
 
-    Actions still waiting in them are refused first (audited ``cancelled``: nobody can approve
-    what the user no longer sees), and turns running in them are asked to stop. Audit entries,
-    jobs and decided actions keep their rows, with the conversation unset.
+    Actions still waiting in them are refused first (audited ``cancelled``, naming who deleted
+    them when not their requester: nobody can approve what its user no longer sees), and turns
+    running in them are asked to stop. Audit entries, jobs and decided actions keep their rows,
+    with the conversation unset.
     """
-    ids = list(conversations.filter(user_id=user.pk).values_list("pk", flat=True))
-    waiting = PendingAction.objects.owned_by(user).waiting().filter(conversation_id__in=ids)
+    if not as_staff:
+        conversations = conversations.filter(user_id=user.pk)
+    ids = list(conversations.values_list("pk", flat=True))
+    context = CallContext(user=user, source=source, request_ip=request_ip)
+    waiting = PendingAction.objects.waiting().filter(conversation_id__in=ids)
     for action_id in waiting.values_list("pk", flat=True):
         with contextlib.suppress(AssistantError):  # decided meanwhile elsewhere: not waiting either
-            cancel_action(action_id, user=user, source=source, request_ip=request_ip)
+            withdraw_action(action_id, reason="conversation deleted", context=context)
     try:
         for pk in ids:
             async_to_sync(request_stop)(str(pk))
@@ -252,7 +258,15 @@ def start_turn(
     except IntegrityError:
         if key is not None and Message.objects.filter(idempotency_key=key).exists():
             raise TurnInProgress() from None  # the same request, sent twice at once
-        raise
+        if not isinstance(conversation, Conversation):
+            raise
+        stored = Conversation.objects.filter(pk=conversation.pk, user_id=user.pk).first()
+        if stored is None:
+            raise ConversationNotFound() from None  # deleted meanwhile (from another tab)
+        if not conversation._state.adding:
+            raise
+        # A new thread's first two runs at once: the other stored the thread first.
+        return start_turn(user, text, stored, idempotency_key)
     return conversation, message
 
 

@@ -9,6 +9,7 @@ Who may answer, and what a confirmation must carry, is the action's policy
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from asgiref.sync import async_to_sync, sync_to_async
@@ -239,10 +240,34 @@ def cancel_action(
     refused = unrefusable(call, answer.user)
     if refused is not None:
         return audited(call, refused)
-    try:
-        action = PendingAction.decide(
+    return _cancelled(
+        action_id,
+        answer,
+        context,
+        lambda: PendingAction.decide(
             action_id, answer.user, PendingAction.Status.CANCELLED, reason=reason, site=context.site
-        )
+        ),
+    )
+
+
+def withdraw_action(action_id: Any, *, reason: str = "", context: CallContext) -> Outcome:
+    """Refuse a waiting action on its requester's behalf because its conversation is being
+    deleted, whoever deletes it (its user, or staff): audited ``cancelled``, the deleter named."""
+    answer = Answer(context.user, reason)
+    return _cancelled(
+        action_id,
+        answer,
+        context,
+        lambda: PendingAction.withdraw(action_id, answer.user, reason=reason, site=context.site),
+    )
+
+
+def _cancelled(
+    action_id: Any, answer: Answer, context: CallContext, move: Callable[[], PendingAction]
+) -> Outcome:
+    """The refusal's tail: the action moved to ``cancelled`` (or found expired), audited, kept."""
+    try:
+        action = move()
     except ActionExpired as exc:
         action = PendingAction.objects.get(pk=action_id)
         call = _refusal(action, context)

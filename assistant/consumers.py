@@ -35,6 +35,7 @@ from .eventlog import event_log
 from .exceptions import (
     AccountInactive,
     AssistantError,
+    ConversationNotFound,
     FrameError,
     FrameNotJSON,
     FrameTooLarge,
@@ -330,11 +331,20 @@ class AssistantConsumer(AsyncWebsocketConsumer):
             self.watching[thread_id] = conversation  # (a failed join is tried again next time)
 
     async def own(self, conversation_id: Any) -> Conversation:
-        """One of this user's conversations, checked once per connection."""
+        """One of this user's conversations, checked once per connection (a Stop's)."""
         known = self.watching.get(str(conversation_id))
         if known is not None:
             return known
         return await sync_to_async(conversation_for)(self.user, conversation_id)
+
+    async def unwatch(self, thread_id: str) -> None:
+        """Leave a conversation found gone (deleted from another tab)."""
+        if self.watching.pop(thread_id, None) is None:
+            return
+        if self.current == thread_id:
+            self.current = None
+        with contextlib.suppress(Exception):  # (the group expires anyway)
+            await self.channel_layer.group_discard(group_name(thread_id), self.channel_name)
 
     # -- client frames ----------------------------------------------------------------------
 
@@ -416,7 +426,13 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         await sync_to_async(_cancel_job)(self.user, self.required(content, "job"))
 
     async def on_resume(self, content: dict[str, Any]) -> None:
-        conversation = await self.own(self.required(content, "conversation"))
+        # Read afresh, not taken from what this socket watches: it may have been deleted since.
+        target = str(self.required(content, "conversation"))
+        try:
+            conversation = await sync_to_async(conversation_for)(self.user, target)
+        except ConversationNotFound:
+            await self.unwatch(target)
+            raise
         thread_id = str(conversation.pk)
         after = content.get("after")
         after = 0 if after is None else after

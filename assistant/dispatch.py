@@ -148,8 +148,8 @@ def write_audit(context: CallContext, outcome: Outcome, *, domain: str | None = 
         return _audit_row(context, outcome, domain, context.conversation)
     except IntegrityError:
         # The conversation was deleted while its call ran: the entry stays, unlinked, as the
-        # deletion's SET_NULL left its earlier entries (in a transaction the error stands).
-        if context.conversation is None or transaction.get_connection().in_atomic_block:
+        # deletion's SET_NULL left its earlier entries.
+        if not _conversation_gone(context.conversation):
             raise
         return _audit_row(context, outcome, domain, None)
 
@@ -530,21 +530,40 @@ def open_action(call: Call) -> Outcome:
     assert tool is not None
     stored = storable(call.values)
     approval = policy_for(tool)
-    call.action = PendingAction.open(
-        user=call.context.user,
-        operation=tool.operation,
-        entities=stored,
-        ttl_seconds=assistant_settings.CONFIRMATION_TTL,
-        conversation=call.context.conversation,
-        summary=prepared.summary
-        if prepared is not None and prepared.summary
-        else _confirmation_summary(tool, redacted_entities(tool, stored)),
-        preview=prepared.preview if prepared is not None else None,
-        confirm_phrase=prepared.confirm_phrase if prepared is not None else "",
-        policy=approval.policy,
-        approver_permission=approval.permission,
-    )
+    try:
+        call.action = PendingAction.open(
+            user=call.context.user,
+            operation=tool.operation,
+            entities=stored,
+            ttl_seconds=assistant_settings.CONFIRMATION_TTL,
+            conversation=call.context.conversation,
+            summary=prepared.summary
+            if prepared is not None and prepared.summary
+            else _confirmation_summary(tool, redacted_entities(tool, stored)),
+            preview=prepared.preview if prepared is not None else None,
+            confirm_phrase=prepared.confirm_phrase if prepared is not None else "",
+            policy=approval.policy,
+            approver_permission=approval.permission,
+        )
+    except IntegrityError:
+        if not _conversation_gone(call.context.conversation):
+            raise
+        # Deleted while its turn ran: nobody could see the action to answer it (a deletion
+        # refuses the actions waiting in it). The call is audited, unlinked, as refused.
+        return call.stop(
+            Decision.CANCELLED, Cancelled("The conversation was deleted; nothing was asked.")
+        )
     return call.finish(Decision.CONFIRMATION_REQUESTED)
+
+
+def _conversation_gone(conversation: Conversation | None) -> bool:
+    """Whether a write failed because the call's conversation was deleted meanwhile (outside a
+    transaction: inside one, the error stands)."""
+    return (
+        conversation is not None
+        and not transaction.get_connection().in_atomic_block
+        and not Conversation.objects.filter(pk=conversation.pk).exists()
+    )
 
 
 def gated(call: Call) -> bool:

@@ -55,7 +55,7 @@ from .exceptions import AssistantError
 from .models import Job, PendingAction
 from .permissions import reread_access
 from .registry import AssistantTool, RiskLevel, ToolRegistry, registry
-from .tokens import Bearer, aauthenticate_bearer
+from .tokens import Bearer, aauthenticate_bearer, still_holds
 
 logger = logging.getLogger("assistant.mcp")
 
@@ -460,6 +460,18 @@ async def awaited_job(
     reported: tuple[int, str] | None = None
     query = Job.objects.visible_to(caller.user).filter(pk=outcome.result.task_id)
     while True:
+        if not await sync_to_async(still_holds)(caller.bearer):
+            # revoked (or its user deactivated) while the call waited: the job goes on, but
+            # what it comes to is not this credential's to see any more
+            message = (
+                "This token stopped holding while the call waited (revoked, expired, or its "
+                "user deactivated); the job goes on."
+            )
+            return text_result(
+                f"{message} [token_revoked]",
+                data={"code": "token_revoked", "message": message},
+                error=True,
+            )
         job = await sync_to_async(query.first)()
         if job is None:
             return result_of(outcome)

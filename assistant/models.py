@@ -394,11 +394,22 @@ class PendingAction(models.Model):
 
         The claimed values were read before; from here on the row keeps only redacted ones.
         """
-        now = timezone.now()
         action = cls.for_decider(action_id, user)
         action.check_answer(
             user, confirm=status == cls.Status.CONFIRMED, reason=reason, phrase=phrase
         )
+        return action._moved(user, status, reason, site)
+
+    @classmethod
+    def withdraw(
+        cls, action_id: Any, user: Any, *, reason: str = "", site: Any = None
+    ) -> PendingAction:
+        """Cancel a waiting action on its requester's behalf, whoever ``user`` is: its
+        conversation is being deleted (by its user, or by staff). As ``decide``, exactly once."""
+        return cls.objects.get(pk=action_id)._moved(user, cls.Status.CANCELLED, reason, site)
+
+    def _moved(self, user: Any, status: str, reason: str, site: Any) -> PendingAction:
+        cls, action, now = type(self), self, timezone.now()
         claimed = cls.objects.filter(
             pk=action.pk, status=cls.Status.PENDING, expires_at__gt=now
         ).update(

@@ -172,6 +172,31 @@ def _personal(key: str) -> Bearer:
     )
 
 
+def still_holds(bearer: Bearer) -> bool:
+    """Whether a credential that signed a request in still does (not revoked, expired or
+    deleted, its user still active): for a request that stays open, a job's wait."""
+    user = bearer.user
+    if not type(user)._default_manager.filter(pk=user.pk, is_active=True).exists():
+        return False
+    if bearer.kind == "personal":
+        from .models import AccessToken
+
+        return AccessToken.objects.usable().filter(pk=bearer.token_id).exists()
+    if bearer.kind == "drf":
+        from rest_framework.authtoken.models import Token
+
+        return Token.objects.filter(user_id=user.pk).exists()
+    if bearer.kind == "oauth":
+        from oauth2_provider.models import get_access_token_model
+
+        return (
+            get_access_token_model()
+            .objects.filter(pk=bearer.token_id, expires__gt=timezone.now())
+            .exists()
+        )
+    return True  # (stdio's local user: no token)
+
+
 def _check_active(user: Any) -> None:
     if not user.is_active:
         raise AccountInactive()

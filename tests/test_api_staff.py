@@ -174,8 +174,13 @@ def test_staff_with_the_delete_permission_delete_any_conversation_and_its_messag
     assert response.status_code == 204
     assert not Conversation.objects.filter(pk=conversation.pk).exists()
     assert Message.objects.count() == 0
-    entry = AuditEntry.objects.get()
-    assert (entry.operation, entry.conversation_id) == ("ping", None)
+    ping, deletion = AuditEntry.objects.order_by("id")
+    assert (ping.operation, ping.conversation_id) == ("ping", None)
+    assert (deletion.operation, deletion.user_id, deletion.entities) == (
+        "delete_conversation",
+        type(plain_user).objects.get(username="eraser").pk,
+        {"conversation": str(conversation.pk), "user": plain_user.pk},
+    )
 
 
 @pytest.mark.django_db

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from typing import Any
 
@@ -650,7 +651,21 @@ class StaffConversationDetailView(StaffView):
         responses={204: None},
     )
     def delete(self, request: Request, conversation_id: str) -> Response:
-        self.staff_conversation(conversation_id).delete()
+        conversation = self.staff_conversation(conversation_id)
+        delete_conversations(
+            request.user,
+            Conversation.objects.filter(pk=conversation.pk),
+            source="rest",
+            request_ip=self.client_ip(),
+            as_staff=True,
+        )
+        record_action(
+            request,
+            "delete_conversation",
+            {"conversation": str(conversation.pk), "user": conversation.user_id},
+            domain="conversations",
+            source="rest",
+        )
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -711,8 +726,12 @@ def _bound(name: str, value: str) -> dict[str, Any]:
         moment = None
     if moment is None:
         raise exceptions.ValidationError({name: f"{value!r} is not a date or an ISO date-time"})
-    if timezone.is_naive(moment):
-        moment = timezone.make_aware(moment)
+    try:
+        if timezone.is_naive(moment):
+            moment = timezone.make_aware(moment)
+        moment.astimezone(dt.UTC)  # (as the database stores it: year 1 to 9999 in UTC)
+    except OverflowError:
+        raise exceptions.ValidationError({name: f"{value!r} is out of range"}) from None
     return {"created_at__lte" if end else "created_at__gte": moment}
 
 
