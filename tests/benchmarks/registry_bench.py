@@ -8,8 +8,9 @@ the user's permissions are loaded; dispatch overhead without the audit insert < 
 That last figure is absolute, and these machines' speed swings by half or more between runs:
 it prints the machine's speed beside it (a 3,000,000-step Python loop), and comparisons are
 made by running two checkouts one after the other (a ``git worktree`` of the older one). On
-2026-12-03, min of 15 runs each, alternating: the code that set the target (fc2d811, #2) 2.5-3.5
-µs; before issue #18 (851be51) 7.3 µs sync, 8.8 async; now 6.4-6.6 sync, 6.8-7.6 async. What
+2026-12-03, a noisy spell: the code that set the target (fc2d811, #2) 2.5-3.1 µs sync against
+7.1-11.6 now (three runs of each, alternating); ``bench_dispatch`` alone, the best of 15 runs
+each, alternating: before issue #18 (851be51) 7.3 µs sync, 8.8 async; now 6.6 and 6.8. What
 the pipeline gained since #2 (bearer ceilings, toolsets, prepare hooks, stop tokens, jobs,
 storable results) costs about 3 µs a call; the audit insert it always makes costs 300+.
 """
