@@ -25,7 +25,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django import db
 from django.apps import apps
 from django.core.exceptions import ValidationError
-from django.db import close_old_connections, transaction
+from django.db import IntegrityError, close_old_connections, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -200,12 +200,26 @@ def announce_completion(job: Job) -> None:
     """Append the job's outcome to its conversation as an assistant message, once."""
     if job.conversation_id is None:
         return
+    try:
+        message = _completion_message(job)
+    except IntegrityError:
+        # The conversation was deleted meanwhile (the job row then holds none): nothing to say.
+        if Job.objects.filter(pk=job.pk, conversation__isnull=False).exists():
+            raise
+        return
+    if message is not None:
+        job.completion_message = message
+
+
+def _completion_message(job: Job) -> Message | None:
     with transaction.atomic():
         locked = Job.objects.select_for_update().filter(pk=job.pk).first()
         if locked is None or locked.completion_message_id is not None:
-            return
+            return None
+        if locked.conversation_id is None:  # (deleted since the caller read the job)
+            return None
         message = Message.objects.create(
-            conversation_id=job.conversation_id,
+            conversation_id=locked.conversation_id,
             role=Message.Role.ASSISTANT,
             text=completion_text(locked),
             tool_calls=[
@@ -218,7 +232,7 @@ def announce_completion(job: Job) -> None:
             ],
         )
         Job.objects.filter(pk=job.pk).update(completion_message=message, updated_at=timezone.now())
-    job.completion_message = message
+    return message
 
 
 def reap_stale_jobs(*, stale_after: float | None = None, dry_run: bool = False) -> list[Job]:

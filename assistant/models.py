@@ -693,11 +693,13 @@ class ValidationTask(models.Model):
         CRON = "cron"
 
     name = models.CharField(max_length=200)
+    # A task sees what its owner may view; without one (made in code) it sees everything, so an
+    # owner's tasks go with them rather than outlive them seeing more.
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,
         blank=True,
-        on_delete=models.SET_NULL,
+        on_delete=models.CASCADE,
         related_name="assistant_validation_tasks",
     )
     target_type = models.ForeignKey("contenttypes.ContentType", on_delete=models.CASCADE)

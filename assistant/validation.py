@@ -451,9 +451,12 @@ class ValidationTaskService:
 
 
 def viewable(model: type[models.Model], user: Any) -> Any:
-    """The records of ``model`` a task owned by ``user`` may look at (all, without an owner)."""
+    """The records of ``model`` a task owned by ``user`` may look at (all, without an owner: a
+    task made in code; none for a deactivated owner, as Django's ``has_perm`` answers)."""
     if user is None or not getattr(user, "is_authenticated", False):
         return model._default_manager.all()
+    if not user.is_active:
+        return model._default_manager.none()
     from guardian.shortcuts import get_objects_for_user
 
     opts = model._meta

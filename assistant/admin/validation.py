@@ -175,6 +175,22 @@ class ValidationTaskAdmin(GuardedModelAdmin):
         queryset: QuerySet[ValidationTask] = super().get_queryset(request)  # type: ignore[no-untyped-call]
         return queryset.select_related("target_type")
 
+    # A task sees what its owner may view (everything without one): staff other than
+    # superusers make tasks of their own, and leave those made in code as they are.
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = list(super().get_readonly_fields(request, obj))
+        return fields if request.user.is_superuser else [*fields, "owner"]
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        if obj is not None and obj.owner_id is None and not request.user.is_superuser:
+            return False
+        return bool(super().has_change_permission(request, obj))
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        if not change and not request.user.is_superuser:
+            obj.owner = request.user
+        super().save_model(request, obj, form, change)
+
     @admin.display(description="target")
     def target(self, task: ValidationTask) -> str:
         return task.target_label

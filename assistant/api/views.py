@@ -804,7 +804,10 @@ class JobCancelView(AssistantAPIView):
         responses=JobSerializer,
     )
     def post(self, request: Request, job_id: str) -> Response:
-        return Response(JobSerializer(cancel_job(request.user, job_id)).data)
+        job = cancel_job(request.user, job_id)
+        # audited as the admin's Cancel is (staff may stop other people's jobs here too)
+        record_action(request, "cancel_job", {"job": str(job.pk)}, domain="jobs", source="rest")
+        return Response(JobSerializer(job).data)
 
 
 def _tasks_for(user: Any, perm: str = "view") -> QuerySet[ValidationTask]:
@@ -876,6 +879,13 @@ class ValidationTaskRunView(AssistantAPIView):
         if not _tasks_for(request.user, "run").filter(pk=task.pk).exists():
             raise exceptions.PermissionDenied("You may not run this validation task.")
         run = ValidationTaskService.trigger_run(task, ValidationRun.Trigger.USER, user=request.user)
+        record_action(  # audited as the admin's Run now is
+            request,
+            "validation_run",
+            {"task": task.pk, "run": run.pk},
+            domain="validation",
+            source="rest",
+        )
         run.refresh_from_db()
         return Response(ValidationRunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
 
