@@ -30,7 +30,7 @@ import mcp_types as types
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core import signing
-from django.core.exceptions import DisallowedHost
+from django.core.exceptions import DisallowedHost, RequestDataTooBig
 from django.core.serializers.json import DjangoJSONEncoder
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.http.request import validate_host
@@ -679,7 +679,10 @@ def origin_allowed(request: HttpRequest) -> bool:
     origin = request.headers.get("Origin")
     if not origin or origin == "null":
         return not origin
-    netloc = urlsplit(origin).netloc
+    try:
+        netloc = urlsplit(origin).netloc
+    except ValueError:  # (a malformed one: "http://[::1")
+        return False
     if netloc and netloc == request.get_host():
         return True
     if origin in getattr(settings, "CSRF_TRUSTED_ORIGINS", []):
@@ -724,7 +727,11 @@ async def serve(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     scope = dict(getattr(request, "scope", None) or _scope_of(request))
     scope[SCOPE_KEY] = caller
     scope["user"] = sdk_user(bearer)
-    return await _bridged(scope, request.body)
+    try:
+        body = request.body
+    except RequestDataTooBig:  # past DATA_UPLOAD_MAX_MEMORY_SIZE, before the SDK's own limit
+        return refused(413, "request_too_large", "The request body is too large.")
+    return await _bridged(scope, body)
 
 
 def _scope_of(request: HttpRequest) -> dict[str, Any]:

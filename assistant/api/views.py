@@ -8,6 +8,7 @@ from typing import Any
 
 from django.apps import apps
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.db.models import Count, QuerySet
 from django.http import Http404
 from django.utils import timezone
@@ -221,6 +222,16 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):
         exc = exceptions.PermissionDenied()
+    elif isinstance(exc, RequestDataTooBig):  # past DATA_UPLOAD_MAX_MEMORY_SIZE: nothing read
+        return Response(
+            error_body("request_too_large", "The request body is too large."),
+            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        )
+    elif isinstance(exc, SuspiciousOperation):  # (too many fields, a malformed multipart body)
+        return Response(
+            error_body("bad_request", "The request could not be read."),
+            status=status.HTTP_400_BAD_REQUEST,
+        )
     if not isinstance(exc, exceptions.APIException):
         logger.exception("Unhandled error in the assistant API", exc_info=exc)
         return Response(
