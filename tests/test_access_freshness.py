@@ -573,7 +573,7 @@ async def test_a_message_from_a_user_deleted_while_the_chat_is_open_gets_an_erro
     error = await sockets.receive(socket)
 
     assert (error["type"], error["name"]) == ("CUSTOM", "assistant.error")
-    assert error["value"]["code"] == "message_not_stored"
+    assert error["value"]["code"] == "not_found"  # (the conversation went with its user)
     assert await Message.objects.acount() == 0
 
 

@@ -59,6 +59,9 @@ def daphne_server(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]
         "ASSISTANT_SOCKET_MAX_PENDING_BYTES": str(CAP),
     }
     command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
+    # daphne's keepalive drops a client that answers no ping within 30 s: on a loaded machine a
+    # hoarder (which reads nothing) could be dropped that way (1006) before it is closed with 4008
+    command += ["--ping-interval", "60", "--ping-timeout", "120"]
     with log.open("wb") as output:
         process = subprocess.Popen(
             [*command, "tests.asgi:application"],
