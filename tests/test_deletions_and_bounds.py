@@ -24,8 +24,13 @@ def _delete_over_rest(user: Any, conversation_id: str) -> int:
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_a_message_to_a_conversation_deleted_elsewhere_is_not_found_on_an_open_socket(
-    settings, open_socket, plain_user
+@pytest.mark.parametrize(
+    "frame",
+    [{"type": "message", "text": "ping"}, {"type": "resume", "after": 0}],
+    ids=["message", "resume"],
+)
+async def test_a_conversation_deleted_elsewhere_is_not_found_on_an_open_socket(
+    settings, open_socket, plain_user, frame
 ):
     settings.ASSISTANT = BASE
     socket = await open_socket(plain_user)
@@ -34,30 +39,12 @@ async def test_a_message_to_a_conversation_deleted_elsewhere_is_not_found_on_an_
     thread_id = run[0]["threadId"]
     assert await sync_to_async(_delete_over_rest)(plain_user, thread_id) == 204
 
-    await send(socket, type="message", text="ping", conversation=thread_id)
+    await send(socket, **frame, conversation=thread_id)
     answer = await receive(socket)
 
     assert kind(answer) == "CUSTOM assistant.error", answer
     assert answer["value"]["code"] == "not_found", answer
     assert not await Conversation.objects.filter(pk=thread_id).aexists()
-
-
-@pytest.mark.django_db(transaction=True)
-async def test_resuming_a_conversation_deleted_elsewhere_is_not_found_on_an_open_socket(
-    settings, open_socket, plain_user
-):
-    settings.ASSISTANT = BASE
-    socket = await open_socket(plain_user)
-    await send(socket, type="message", text="ping")
-    run = await receive_run(socket)
-    thread_id = run[0]["threadId"]
-    assert await sync_to_async(_delete_over_rest)(plain_user, thread_id) == 204
-
-    await send(socket, type="resume", conversation=thread_id, after=0)
-    answer = await receive(socket)
-
-    assert kind(answer) == "CUSTOM assistant.error", answer
-    assert answer["value"]["code"] == "not_found", answer
 
 
 # --- staff deleting a conversation skips what a user's own deletion does --------------------
