@@ -20,7 +20,13 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from . import events
 from .cancellation import CancellationToken
 from .conf import assistant_settings
-from .confirmation import acancel_action, aconfirm_action, answerable, withdraw_action
+from .confirmation import (
+    acancel_action,
+    aconfirm_action,
+    answerable,
+    recorded,
+    withdraw_action,
+)
 from .dispatch import CallContext, Outcome
 from .exceptions import (
     ActionNotFound,
@@ -190,11 +196,12 @@ def delete_conversations(
     Actions still waiting in them are refused first (audited ``cancelled``, naming who deleted
     them when not their requester: nobody can approve what its user no longer sees), and turns
     running in them are asked to stop. Audit entries, jobs and decided actions keep their rows,
-    with the conversation unset.
+    with the conversation unset. Staff deleting someone's conversations is audited too.
     """
     if not as_staff:
         conversations = conversations.filter(user_id=user.pk)
-    ids = list(conversations.values_list("pk", flat=True))
+    owners = dict(conversations.values_list("pk", "user_id"))
+    ids = list(owners)
     context = CallContext(user=user, source=source, request_ip=request_ip)
     waiting = PendingAction.objects.waiting().filter(conversation_id__in=ids)
     for action_id in waiting.values_list("pk", flat=True):
@@ -206,6 +213,10 @@ def delete_conversations(
     except Exception:  # (the channel layer is down): a turn still running ends unstored
         logger.exception("Asking the turns of deleted conversations to stop failed")
     deleted = Conversation.objects.filter(pk__in=ids).delete()[1]
+    if as_staff:
+        for pk, owner in owners.items():
+            entities = {"conversation": str(pk), "user": owner}
+            recorded(context, "delete_conversation", entities, domain="conversations")
     return deleted.get(Conversation._meta.label, 0)
 
 

@@ -329,5 +329,12 @@ def record_action(
         request_ip=request.META.get("REMOTE_ADDR") or None,
         client=client,
     )
+    return recorded(context, operation, entities, domain=domain)
+
+
+def recorded(
+    context: CallContext, operation: str, entities: dict[str, Any], *, domain: str = ""
+) -> int:
+    """``record_action`` for a caller that holds a context rather than a request."""
     outcome = Outcome(operation=operation, decision=Decision.EXECUTED, entities=storable(entities))
     return write_audit(context, outcome, domain=domain)

@@ -16,7 +16,6 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from ..chat import delete_conversations
-from ..confirmation import record_action
 from ..models import Conversation, Message, PendingAction
 from .base import ReadOnlyAdmin, badge, change_link, page_context
 
@@ -68,23 +67,15 @@ class ConversationAdmin(ReadOnlyAdmin):
         self.delete_queryset(request, Conversation.objects.filter(pk=obj.pk))
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Conversation]) -> None:
-        """As a user's own deletion does: waiting actions refused, running turns stopped; and
-        each deletion audited, as staff deleting someone's records."""
-        deleted = list(queryset.values_list("pk", "user_id"))
+        """As a user's own deletion does (waiting actions refused, running turns stopped),
+        each deletion audited."""
         delete_conversations(
             request.user,
-            Conversation.objects.filter(pk__in=[pk for pk, _ in deleted]),
+            Conversation.objects.filter(pk__in=list(queryset.values_list("pk", flat=True))),
             source="admin",
             request_ip=request.META.get("REMOTE_ADDR") or None,
             as_staff=True,
         )
-        for pk, owner in deleted:
-            record_action(
-                request,
-                "delete_conversation",
-                {"conversation": str(pk), "user": owner},
-                domain="conversations",
-            )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Conversation]:
         return (

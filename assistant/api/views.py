@@ -670,13 +670,6 @@ class StaffConversationDetailView(StaffView):
             request_ip=self.client_ip(),
             as_staff=True,
         )
-        record_action(
-            request,
-            "delete_conversation",
-            {"conversation": str(conversation.pk), "user": conversation.user_id},
-            domain="conversations",
-            source="rest",
-        )
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
