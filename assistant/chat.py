@@ -45,7 +45,7 @@ from .planner import KeywordPlanner, get_planner
 from .planner.keywords import Intent
 from .redaction import redact_text
 from .registry import ToolRegistry, ToolResult, registry
-from .runner import Hygiene, keep, lane, loop_state, request_stop
+from .runner import Hygiene, keep, loop_state, on_turn_threads, request_stop, turn_slot
 from .storable import storable_text
 from .tokens import Ceiling
 from .turn import (
@@ -328,10 +328,13 @@ def _stored_outcome(
 Work = Callable[[Turn], Awaitable[Any]]
 
 
-async def run_started_turn(turn: Turn, work: Work | None = None) -> TurnResult:
+async def run_started_turn(
+    turn: Turn, work: Work | None = None, *, slot: bool = False
+) -> TurnResult:
     """Run ``work`` (by default the planner's) as one AG-UI run; whatever happens, the run ends
     stored and announced. The planner is chosen inside the run: one that cannot load ends it as
-    RUN_ERROR."""
+    RUN_ERROR. With ``slot`` the work waits for one of the process's turn slots (the run has
+    started and says it is queued meanwhile)."""
     loop = asyncio.get_running_loop()
     refresh_access(turn.user)  # a long-lived user object reloads what may have changed
     control = loop_state().control
@@ -340,7 +343,7 @@ async def run_started_turn(turn: Turn, work: Work | None = None) -> TurnResult:
     await turn.emit(events.run_started(turn.thread_id, turn.run_id))
     status, error, shutdown = Message.Status.COMPLETE, None, False
     try:
-        task = asyncio.ensure_future((work or get_planner().run)(turn))
+        task = asyncio.ensure_future(_admitted(turn, work) if slot else _work(turn, work))
 
         def stop_work() -> None:
             loop.call_soon_threadsafe(task.cancel)
@@ -375,6 +378,20 @@ async def run_started_turn(turn: Turn, work: Work | None = None) -> TurnResult:
         frames=turn.frames,
         run_id=turn.run_id,
     )
+
+
+async def _work(turn: Turn, work: Work | None) -> Any:
+    return await (work or get_planner().run)(turn)
+
+
+async def _admitted(turn: Turn, work: Work | None) -> Any:
+    """The work, once a turn slot is free (a queued notice first when none is)."""
+
+    async def queued() -> None:
+        await turn.emit(events.custom("assistant.queued", {"runId": turn.run_id}))
+
+    async with turn_slot(queued):
+        return await _work(turn, work)
 
 
 async def arun_turn(
@@ -594,7 +611,7 @@ async def _in_lane(
     if waiting:
         control.register(waiting, queued, cancel)
     try:
-        async with lane() as hygiene:
+        async with on_turn_threads() as hygiene:
             try:
                 turn = await sync_to_async(_begin)(
                     hygiene,
@@ -617,20 +634,18 @@ async def _in_lane(
             turn.hygiene = hygiene
             launched._stored.set_result(turn.conversation)
             await launched._go.wait()
+            work: Work | None = None
             if isinstance(request, Resumption):
-                return await run_started_turn(
-                    turn, functools.partial(answer_actions, answers=request.answers)
-                )
-            if isinstance(request, ActionAnswer):
-                answer = functools.partial(
+                work = functools.partial(answer_actions, answers=request.answers)
+            elif isinstance(request, ActionAnswer):
+                work = functools.partial(
                     answer_action,
                     action_id=request.action,
                     confirm=request.confirm,
                     reason=request.reason,
                     phrase=request.phrase,
                 )
-                return await run_started_turn(turn, answer)
-            return await run_started_turn(turn)
+            return await run_started_turn(turn, work, slot=True)
     finally:
         if waiting:
             control.unregister(waiting, queued)

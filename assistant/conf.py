@@ -244,11 +244,23 @@ SETTINGS: dict[str, Setting] = {
         "message in the input is refused (client_tools_disabled)",
     ),
     "MAX_CONCURRENT_TURNS": Setting(
+        default=500,
+        accepts=_positive_int,
+        expected="a positive integer",
+        example="500",
+        doc="turns in flight at once in one server process (an event loop's), most of them "
+        "awaiting their model and holding no thread: bound it by memory (~100 KB a turn) and by "
+        "what the model server takes; more wait for a free slot, shown as started and queued",
+        kind=int,
+    ),
+    "TURN_THREADS": Setting(
         default=32,
         accepts=_positive_int,
         expected="a positive integer",
         example="32",
-        doc="turns running at once in one server process; more wait for a free slot",
+        doc="threads per server process for the turns' short synchronous steps (store a message, "
+        "run a tool, audit, store the reply), each with its own database connection while busy: "
+        "the most database connections turns hold at once",
         kind=int,
     ),
     "LANE_IDLE_CLOSE": Setting(
@@ -256,7 +268,7 @@ SETTINGS: dict[str, Setting] = {
         accepts=lambda value: value is None or _number(strict=False)(value),
         expected="None or a number of seconds (0 or more)",
         example="10",
-        doc="seconds a turn lane stays idle before it closes its database connection; None: "
+        doc="seconds a turn thread stays idle before it closes its database connection; None: "
         "never (it keeps it CONN_MAX_AGE seconds)",
         kind=lambda value: None if value is None else float(value),
     ),

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 from .cancellation import CancellationToken
 from .exceptions import ToolDefinitionError
+from .llm_client import aclose_shared_clients
 from .registry import register_methods, registry
 
 logger = logging.getLogger("assistant.lifecycle")
@@ -296,5 +297,6 @@ class LifespanMiddleware:
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await stop_process_session()
+                await aclose_shared_clients()
                 await send({"type": "lifespan.shutdown.complete"})
                 return

@@ -1,20 +1,23 @@
-"""Where turns run: worker lanes, stop requests and news of permission changes.
+"""Where turns run: turn threads and slots, stop requests and news of permission changes.
 
-Per server process and event loop there are ``MAX_CONCURRENT_TURNS`` lanes, each one sync
-thread (started when first needed) that keeps its database connection between turns while it is
-busy and closes it after ``LANE_IDLE_CLOSE`` idle seconds; and one control channel that receives
-stop requests for every turn running here and news of permission changes.
+Per server process, ``TURN_THREADS`` threads run the turns' short synchronous steps, each
+with its own database connection, closed after ``LANE_IDLE_CLOSE`` idle seconds; a turn awaiting
+its model holds none of them. Per event loop, ``MAX_CONCURRENT_TURNS`` slots bound the turns in
+flight, and one control channel receives stop requests for every turn running here and news of
+permission changes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import collections
 import logging
 import os
+import queue
+import threading
 import uuid
-from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import Executor, Future
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -209,71 +212,168 @@ def watch_access_changes() -> None:
             )
 
 
-class Lane:
-    """One turn lane: a sync thread of its own, so its database connection is its own too."""
+class _Worker:
+    """One thread of ``TurnThreads``: it runs what it is handed, one call at a time."""
 
-    def __init__(self, index: int) -> None:
-        self.executor = ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix=f"assistant-turn-{index}"
+    def __init__(self, pool: TurnThreads, index: int) -> None:
+        self.pool = pool
+        self.handoff: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
+        self.thread = threading.Thread(
+            target=self._run, name=f"assistant-turn-{index}", daemon=True
         )
-        self.idle_since: float | None = None  # None: running a turn, or its connection is closed
-        self.timer: asyncio.TimerHandle | None = None
+
+    def _run(self) -> None:
+        while True:
+            item = self._next_or_wait()
+            if item is None:
+                return
+            future, fn, args, kwargs = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+            del item, future, fn, args, kwargs
+
+    def _next_or_wait(self) -> _Item | None:
+        item = self.pool.next_for(self)
+        if item is not None or self.pool.stopped:
+            return item
+        idle = assistant_settings.LANE_IDLE_CLOSE
+        try:
+            return self.handoff.get(timeout=idle)
+        except queue.Empty:
+            _close_lane_connections()  # idle a while: its database connection goes
+            return self.handoff.get()
+
+
+_Item = tuple[Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]]
+
+
+class TurnThreads(Executor):
+    """The threads that run turns' short synchronous steps (store a message, run a tool, audit).
+
+    At most ``size`` threads, each with its own database connection, started as needed; a
+    step that finds all busy waits for the first free one. The thread idle the shortest time is
+    handed the next step, so a steady load keeps reusing the same few (and their connections)
+    while the ones a burst woke close theirs after ``LANE_IDLE_CLOSE`` idle seconds: a process
+    holds about as many connections as it ran steps at once lately, whatever its turns await.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._idle: list[_Worker] = []  # most recently idle last
+        self._backlog: collections.deque[_Item] = collections.deque()
+        self._workers: list[_Worker] = []
+        self._shutdown = False
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        item: _Item = (future, fn, args, kwargs)
+        with self._lock:
+            if self._shutdown:
+                raise RuntimeError("TurnThreads is shut down")
+            if self._idle:
+                self._idle.pop().handoff.put(item)
+            elif len(self._workers) < self.size:
+                worker = _Worker(self, len(self._workers))
+                self._workers.append(worker)
+                worker.handoff.put(item)
+                worker.thread.start()
+            else:
+                self._backlog.append(item)
+        return future
+
+    def next_for(self, worker: _Worker) -> _Item | None:
+        """The next waiting step for a worker that finished one, or None (it goes idle)."""
+        with self._lock:
+            if self._backlog:
+                return self._backlog.popleft()
+            if self._shutdown:
+                return None
+            self._idle.append(worker)
+            return None
+
+    @property
+    def stopped(self) -> bool:
+        return self._shutdown
+
+    @property
+    def busy(self) -> int:
+        """How many threads are running a step now."""
+        with self._lock:
+            return len(self._workers) - len(self._idle)
+
+    def close_connections(self) -> None:
+        """Close the idle threads' database connections now (tests, before their database goes)."""
+        with self._lock:
+            idle = list(self._idle)
+            self._idle.clear()
+        done = [self._hand(worker, _close_lane_connections) for worker in idle]
+        for future in done:
+            future.result()
+
+    def _hand(self, worker: _Worker, fn: Callable[[], Any]) -> Future[Any]:
+        future: Future[Any] = Future()
+        worker.handoff.put((future, fn, (), {}))
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._lock:
+            self._shutdown = True
+            idle, self._idle = self._idle, []
+            if cancel_futures:
+                while self._backlog:
+                    self._backlog.popleft()[0].cancel()
+        for worker in idle:
+            worker.handoff.put(None)
+        if wait:
+            for worker in self._workers:
+                if worker.thread is not threading.current_thread():
+                    worker.thread.join(timeout=5)
+
+
+_threads: tuple[int, TurnThreads | None] = (0, None)
+_threads_lock = threading.Lock()
+
+
+def turn_threads() -> TurnThreads:
+    """This process's turn threads (a process forked after they started gets its own)."""
+    global _threads
+    with _threads_lock:
+        pid, threads = _threads
+        if threads is None or pid != os.getpid():
+            threads = TurnThreads(assistant_settings.TURN_THREADS)
+            _threads = (os.getpid(), threads)
+        return threads
+
+
+def close_turn_connections() -> None:
+    """Close the database connections of this process's idle turn threads now (tests, before
+    their database goes)."""
+    pid, threads = _threads
+    if threads is not None and pid == os.getpid():
+        threads.close_connections()
 
 
 def _close_lane_connections() -> None:
-    """Close this lane thread's database connections (it has been idle a while)."""
+    """Close this thread's database connections (it has been idle a while)."""
     try:
         connections.close_all()
     except Exception:
-        logger.exception("Closing an idle lane's database connection failed")
+        logger.exception("Closing an idle turn thread's database connection failed")
 
 
 class _LoopState:
-    """What belongs to one event loop: its lanes and its control channel.
+    """What belongs to one event loop: its turn slots and its control channel."""
 
-    Free lanes are taken last released first: a steady load keeps reusing the same few lanes
-    (and their connections), so the lanes a burst woke go idle and close theirs. A process then
-    holds about as many connections as it ran turns at once in the last ``LANE_IDLE_CLOSE``
-    seconds, not ``MAX_CONCURRENT_TURNS``.
-    """
-
-    def __init__(self, lanes: int) -> None:
-        self.lanes: asyncio.LifoQueue[Lane] = asyncio.LifoQueue()
-        for index in reversed(range(lanes)):
-            self.lanes.put_nowait(Lane(index))  # lane 0 on top
+    def __init__(self, slots: int) -> None:
+        self.slots = asyncio.Semaphore(slots)
         self.control = Control()
-
-    async def take(self) -> Lane:
-        lane = await self.lanes.get()
-        lane.idle_since = None
-        return lane
-
-    def release(self, lane: Lane) -> None:
-        """Give a lane back; unless it runs another turn first, its connection closes when idle."""
-        idle = assistant_settings.LANE_IDLE_CLOSE
-        if idle is not None:
-            loop = asyncio.get_running_loop()
-            lane.idle_since = loop.time()
-            if lane.timer is None:  # (a pending one looks again when it fires)
-                lane.timer = loop.call_later(idle, self._close_if_idle, lane)
-        self.lanes.put_nowait(lane)
-
-    def _close_if_idle(self, lane: Lane) -> None:
-        lane.timer = None
-        if lane.idle_since is None:
-            return  # running a turn; released again, it starts a new timer
-        loop = asyncio.get_running_loop()
-        idle = assistant_settings.LANE_IDLE_CLOSE or 0.0
-        left = lane.idle_since + idle - loop.time()
-        if left > 0:  # it ran a turn since the timer was set
-            lane.timer = loop.call_later(left, self._close_if_idle, lane)
-            return
-        lane.idle_since = None
-        # On the lane's own thread, where its connection lives; a turn that takes the lane
-        # meanwhile queues behind this and opens a fresh connection. (RuntimeError: the lane was
-        # shut down with a closed loop's.)
-        with contextlib.suppress(RuntimeError):
-            lane.executor.submit(_close_lane_connections)
 
 
 _states: dict[asyncio.AbstractEventLoop, _LoopState] = {}
@@ -284,16 +384,14 @@ def loop_state() -> _LoopState:
     state = _states.get(loop)
     if state is None:
         for old in [old for old in _states if old.is_closed()]:
-            stale = _states.pop(old)  # a closed loop's lanes and listener are gone with it
-            while not stale.lanes.empty():
-                stale.lanes.get_nowait().executor.shutdown(wait=False)
+            del _states[old]  # a closed loop's slots and listener are gone with it
         state = _states[loop] = _LoopState(assistant_settings.MAX_CONCURRENT_TURNS)
     return state
 
 
 class Hygiene:
-    """A lane's connection hygiene, as a request has it: old connections are closed when a turn
-    begins and when it ends, inside the turn's own first and last hops (no hops of their own)."""
+    """A turn's connection hygiene, as a request has it: old connections are closed when a turn
+    begins and when it ends, inside the turn's own first and last steps (no hops of their own)."""
 
     def __init__(self) -> None:
         self.ended = False
@@ -303,29 +401,37 @@ class Hygiene:
         close_old_connections()
 
     def end(self) -> None:
-        """Called last in the turn's last sync step (else the lane does it in a hop of its own)."""
+        """Called last in the turn's last sync step (else ``on_turn_threads`` does it in a hop of
+        its own)."""
         close_old_connections()
         self.ended = True
 
 
 @asynccontextmanager
-async def lane() -> AsyncIterator[Hygiene]:
-    """Run the body's sync work on a free lane: one thread, its own database connection.
+async def on_turn_threads() -> AsyncIterator[Hygiene]:
+    """Run the body's sync steps on the process's turn threads: each step takes a thread (and
+    its database connection) for as long as it runs, none is held between steps.
 
     The body calls ``begin()`` in its first sync step and, where it can, ``end()`` in its last.
     """
-    state = loop_state()
-    taken = await state.take()
-    try:
-        async with ThreadSensitiveContext(executor=taken.executor):
-            hygiene = Hygiene()
-            try:
-                yield hygiene
-            finally:
-                if not hygiene.ended:
-                    await sync_to_async(close_old_connections)()
-    finally:
-        state.release(taken)
+    async with ThreadSensitiveContext(executor=turn_threads()):
+        hygiene = Hygiene()
+        try:
+            yield hygiene
+        finally:
+            if not hygiene.ended:
+                await sync_to_async(close_old_connections)()
+
+
+@asynccontextmanager
+async def turn_slot(queued: Callable[[], Awaitable[None]] | None = None) -> AsyncIterator[None]:
+    """Hold one of this process's ``MAX_CONCURRENT_TURNS`` slots; ``queued`` is awaited first
+    when none is free (to tell the user the turn waits)."""
+    slots = loop_state().slots
+    if slots.locked() and queued is not None:
+        await queued()
+    async with slots:
+        yield
 
 
 RUNNING: set[asyncio.Task[Any]] = set()

@@ -13,7 +13,7 @@ from django.contrib.auth.models import Group, Permission
 from django.db import connection, connections
 
 from assistant.permissions import access_changed
-from assistant.runner import RUNNING
+from assistant.runner import RUNNING, close_turn_connections
 from tests import sockets
 from tests.channel_layers import REDIS_CHANNEL_LAYERS
 from tests.channel_layers import redis_channel_layer as redis_channel_layer_config
@@ -41,9 +41,11 @@ def _forget_shared_access() -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def _close_executor_connections() -> Any:
-    """Close connections opened in asgiref's executor thread (PostgreSQL teardown warnings)."""
+    """Close connections opened in asgiref's executor thread and the turn threads (PostgreSQL
+    teardown warnings)."""
     yield
     SyncToAsync.single_thread_executor.submit(connections.close_all).result()
+    close_turn_connections()
 
 
 @pytest.fixture(scope="session", autouse=True)

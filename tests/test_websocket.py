@@ -817,7 +817,7 @@ async def test_a_crashing_planner_ends_with_run_error_and_a_stored_failed_reply(
     assert await AuditEntry.objects.acount() == 0
 
 
-# -- a stop for a message still waiting for a lane ----------------------------------------------
+# -- a message waiting for a turn slot -----------------------------------------------------------
 
 
 async def receive_runs(socket: Socket, thread_ids: set[str]) -> list[dict[str, Any]]:
@@ -833,26 +833,29 @@ async def receive_runs(socket: Socket, thread_ids: set[str]) -> list[dict[str, A
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_a_stop_sent_while_the_message_waits_for_a_lane_cancels_its_run(
+async def test_a_message_waiting_for_a_turn_slot_is_started_and_queued_at_once_and_a_stop_cancels_it(
     settings, open_socket, plain_user
 ):
-    settings.ASSISTANT = {**settings.ASSISTANT, "MAX_CONCURRENT_TURNS": 1}  # this loop's lanes
+    settings.ASSISTANT = {**settings.ASSISTANT, "MAX_CONCURRENT_TURNS": 1}  # this loop's slots
     socket = await open_socket(plain_user)
     await send(socket, type="message", text="ping")
     waiting = (await receive_run(socket))[0]["threadId"]
     await send(socket, type="message", text="slow seconds=1")
-    busy = (await receive_until(socket, "TOOL_CALL_END"))[0]["threadId"]  # holds the only lane
+    busy = (await receive_until(socket, "TOOL_CALL_END"))[0]["threadId"]  # holds the only slot
 
     await send(socket, type="message", text="ping", conversation=waiting)
+    # Never silence: the queued turn is stored, started and says it waits while the other runs.
+    shown = await receive_until(socket, "CUSTOM")
+    assert [f["type"] for f in shown] == ["RUN_STARTED", "CUSTOM"]
+    assert {f["threadId"] for f in shown} == {waiting}
+    assert shown[-1]["name"] == "assistant.queued"
     await send(socket, type="cancel", conversation=waiting)
     frames = await receive_runs(socket, {busy, waiting})
 
     busy_end = next(f for f in frames if f["threadId"] == busy and f["type"] == "RUN_FINISHED")
-    first_waiting = next(f for f in frames if f["threadId"] == waiting)
-    assert frames.index(busy_end) < frames.index(first_waiting), "it did wait for the lane"
     assert busy_end["result"]["status"] == "complete"
     assert busy_end.get("outcome") is None
-    stopped = [f for f in frames if f["threadId"] == waiting]
+    stopped = [f for f in shown + frames if f["threadId"] == waiting]
     assert stopped[-1]["type"] == "RUN_FINISHED"
     assert stopped[-1].get("outcome") == {"type": "cancelled"}
     assert stopped[-1]["result"]["status"] == "cancelled"
@@ -867,12 +870,3 @@ async def test_a_stop_sent_while_the_message_waits_for_a_lane_cancels_its_run(
     _question, answer = await sync_to_async(stored)(busy)
     assert (answer.text, answer.status) == ("slept 1s", "complete")
     assert await sync_to_async(decisions)("slow") == ["executed"]
-
-
-def test_the_socket_is_routed_where_the_chat_page_connects():
-    from assistant.conf import assistant_settings
-    from assistant.routing import websocket_urlpatterns
-
-    assert [f"/{pattern.pattern}" for pattern in websocket_urlpatterns] == [
-        assistant_settings.WEBSOCKET_PATH
-    ]

@@ -18,7 +18,7 @@ from ..catalog import get_catalog
 from ..conf import assistant_settings
 from ..dispatch import Outcome
 from ..exceptions import LLMError, LLMUnavailable
-from ..llm_client import make_async_client
+from ..llm_client import shared_async_client
 from ..models import Message
 from ..turn import CLIENT_TOOL
 from .keywords import KeywordPlanner
@@ -133,7 +133,7 @@ class LLMPlanner:
             await fallback.run(turn, intents)
 
     async def converse(self, turn: Turn, config: dict[str, Any]) -> None:
-        client = make_async_client(config)
+        client = shared_async_client(config)  # the event loop's: one connection pool, kept
         tools = await sync_to_async(get_catalog)(
             turn.user, session=turn.session, site=turn.site, ceiling=turn.ceiling
         )
@@ -144,33 +144,28 @@ class LLMPlanner:
         messages += earlier
         if turn.user_message is not None:
             messages.append({"role": "user", "content": turn.user_message.text})
-        try:
-            for _ in range(config["MAX_STEPS"]):
-                calls = await self.step(turn, client, config, messages, tools)
-                if not calls:
-                    return
-                parsed = [_arguments(call["arguments"]) for call in calls]
-                for call, arguments in zip(calls, parsed, strict=True):
-                    turn.identify(call["name"], arguments)  # before the first call echoes
-                for call, arguments in zip(calls, parsed, strict=True):
-                    if call["name"] in own:  # the client runs it; never dispatched here
-                        await turn.propose_client_call(
-                            call["id"], own[call["name"]], call["arguments"]
-                        )
-                        continue
-                    outcome = await turn.call(call["name"], arguments, tool_call_id=call["id"])
-                    messages.append(
-                        {
-                            "role": "tool",
-                            "tool_call_id": call["id"],
-                            "content": result_for_model(outcome),
-                        }
-                    )
-                if turn.interrupts or turn.client_calls:
-                    return  # the run waits for the user's decision, or the client's results
-            await turn.say(f"\n\n(I stopped after {config['MAX_STEPS']} steps.)")
-        finally:
-            await client.close()
+        for _ in range(config["MAX_STEPS"]):
+            calls = await self.step(turn, client, config, messages, tools)
+            if not calls:
+                return
+            parsed = [_arguments(call["arguments"]) for call in calls]
+            for call, arguments in zip(calls, parsed, strict=True):
+                turn.identify(call["name"], arguments)  # before the first call echoes
+            for call, arguments in zip(calls, parsed, strict=True):
+                if call["name"] in own:  # the client runs it; never dispatched here
+                    await turn.propose_client_call(call["id"], own[call["name"]], call["arguments"])
+                    continue
+                outcome = await turn.call(call["name"], arguments, tool_call_id=call["id"])
+                messages.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": call["id"],
+                        "content": result_for_model(outcome),
+                    }
+                )
+            if turn.interrupts or turn.client_calls:
+                return  # the run waits for the user's decision, or the client's results
+        await turn.say(f"\n\n(I stopped after {config['MAX_STEPS']} steps.)")
 
     async def step(
         self,
