@@ -346,8 +346,11 @@ def turn_threads() -> TurnThreads:
     global _threads
     with _threads_lock:
         pid, threads = _threads
-        if threads is None or pid != os.getpid():
-            threads = TurnThreads(assistant_settings.TURN_THREADS)
+        size = assistant_settings.TURN_THREADS
+        if threads is None or pid != os.getpid() or threads.size != size:
+            if threads is not None and pid == os.getpid():
+                threads.shutdown(wait=False)  # (TURN_THREADS changed): its threads end when idle
+            threads = TurnThreads(size)
             _threads = (os.getpid(), threads)
         return threads
 

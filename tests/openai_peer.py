@@ -278,6 +278,7 @@ def _completion(reply: Reply, model: str) -> dict[str, Any]:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = False  # server_close() joins every handler, so nothing outlives the test
+    request_queue_size = 128  # many turns may connect at once
     block_on_close = True
 
     def __init__(self, peer: Peer) -> None:
