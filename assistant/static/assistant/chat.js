@@ -204,6 +204,8 @@
         if (value.decision !== "confirmation_requested") removeApproval(value.pending_action);
       } else if (frame.name === "assistant.notice") {
         showNotice(value.message, false);
+      } else if (frame.name === "assistant.queued") {
+        showNotice("Your message waits for a free slot on the server; it will be answered shortly.", false);
       } else if (frame.name === "assistant.snapshot" && value.more) {
         const note = el("p", "older", "Only the last " + value.messages + " messages are shown.");
         note.id = "older";
