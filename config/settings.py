@@ -92,14 +92,14 @@ ASGI_APPLICATION = "config.asgi.application"
 DATABASES = {
     "default": dj_database_url.config(
         default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}",
-        # turn lanes and server threads keep their connection between turns and requests
+        # turn threads and server threads keep their connection between steps and requests
         conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "60")),
         conn_health_checks=True,
     )
 }
 if os.environ.get("DATABASE_POOL_MAX_SIZE") and "postgresql" in DATABASES["default"]["ENGINE"]:
     # Django's own psycopg pool (needs psycopg[pool]), one per process: connections go back to it
-    # when a lane or request closes theirs, so CONN_MAX_AGE must be 0.
+    # when a turn or request closes theirs, so CONN_MAX_AGE must be 0.
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": 1,
@@ -187,7 +187,8 @@ ASSISTANT = {
     "PLANNER": os.environ.get("ASSISTANT_PLANNER", "keywords"),
     # with Redis, replay after a reconnect works across server processes
     "EVENT_LOG": REDIS_URL,
-    "MAX_CONCURRENT_TURNS": int(os.environ.get("ASSISTANT_MAX_CONCURRENT_TURNS", "32")),
+    "MAX_CONCURRENT_TURNS": int(os.environ.get("ASSISTANT_MAX_CONCURRENT_TURNS", "500")),
+    "TURN_THREADS": int(os.environ.get("ASSISTANT_TURN_THREADS", "32")),
     # turns (and API requests) per user; the load benchmarks' users chat faster than people
     "THROTTLE_RATE": os.environ.get("ASSISTANT_THROTTLE_RATE", "120/min"),
     "LLM": {
