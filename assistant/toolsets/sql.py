@@ -91,14 +91,18 @@ class _Postgres:
         import psycopg
 
         self.connection = await psycopg.AsyncConnection.connect(self.conninfo, **self.params)
-        async with self.connection.cursor() as cursor:
-            await cursor.execute(ROLE_QUERY, [list(SERVER_ROLES)])
-            problem = _unfit(await cursor.fetchone())
-        if problem is not None:
-            await self.connection.close()
-            raise unsafe_role(problem)
-        await self.connection.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
-        await self.connection.commit()
+        try:
+            async with self.connection.cursor() as cursor:
+                await cursor.execute(ROLE_QUERY, [list(SERVER_ROLES)])
+                problem = _unfit(await cursor.fetchone())
+            if problem is not None:
+                raise unsafe_role(problem)
+            await self.connection.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+            await self.connection.commit()
+        except BaseException:  # (a call stopped while it connects leaves no connection behind)
+            with contextlib.suppress(Exception):
+                await self.connection.close()
+            raise
 
     async def tables(self) -> dict[str, list[tuple[str, str, bool]]]:
         async with self.lock, self.connection.cursor() as cursor:
