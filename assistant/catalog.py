@@ -70,11 +70,13 @@ def inventory_row(tool: AssistantTool) -> dict[str, Any]:
 
 
 def _lifecycle(tool: AssistantTool) -> str:
-    """How the tool's resources live: per chat session, per process, or no lifecycle at all."""
+    """How the tool's resources live: per chat session, per process, per call, or no lifecycle."""
     if tool.toolset is None:
         return "none"
     if tool.toolset.scope == "process":
         session = process_session()
         state = session.state(tool.toolset) if session is not None else None
         return f"process ({state or 'not started'})"
+    if tool.toolset.scope == "call":
+        return "per call (starts for each call, holds nothing between calls)"
     return "per session (starts with each chat connection)"

@@ -71,7 +71,8 @@ def _is_path(value: Any) -> bool:
 
 
 def _is_redis_url(value: Any) -> bool:
-    return value is None or (isinstance(value, str) and value.startswith(("redis://", "rediss://")))
+    schemes = ("redis://", "rediss://", "redis+cluster://", "rediss+cluster://")
+    return value is None or (isinstance(value, str) and value.startswith(schemes))
 
 
 def _is_dict(value: Any) -> bool:
@@ -326,9 +327,10 @@ SETTINGS: dict[str, Setting] = {
     "EVENT_LOG": Setting(
         default=None,
         accepts=_is_redis_url,
-        expected="None or a redis:// URL",
+        expected="None or a redis:// URL (redis+cluster:// for a Redis Cluster)",
         example="'redis://127.0.0.1:6379/0'",
-        doc="where recent events are kept for replay: None (this process's memory) or Redis",
+        doc="where recent events are kept for replay: None (this process's memory) or Redis "
+        "(redis+cluster://a-node:6379: a Redis Cluster, found from that node)",
     ),
     "EVENT_LOG_KEEP": Setting(
         default=1000,

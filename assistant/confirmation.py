@@ -32,6 +32,7 @@ from .dispatch import (
     look_up,
     make_ready,
     own_session,
+    release,
     run_async,
     run_sync,
     runs_in_loop,
@@ -184,6 +185,7 @@ async def _claimed_in_loop(call: Call, stopped: Outcome | None, answer: Answer) 
             raise DispatchCancelled(outcome) from None
         return await _settled(call, _noted(call, outcome, answer))
     finally:
+        await release(call)
         if own is not None:
             await own.stop()
 

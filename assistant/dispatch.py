@@ -445,6 +445,14 @@ async def make_ready(call: Call) -> Outcome | None:
     if tool.toolset is None:
         return None
     assert session is not None
+    if tool.toolset.scope == "call":
+        call.toolset = await session.start_for_call(tool.toolset)  # (ended by ``release``)
+        if call.toolset.state is not ToolLifecycleState.STARTED:
+            return call.stop(
+                Decision.UNAVAILABLE,
+                ToolUnavailable(f"{tool.operation} is not available right now."),
+            )
+        return None
     state = session.state(tool.toolset)
     if state is ToolLifecycleState.CREATED:
         return call.stop(
@@ -459,6 +467,14 @@ async def make_ready(call: Call) -> Outcome | None:
         )
     call.toolset = instance
     return None
+
+
+async def release(call: Call) -> None:
+    """The instance a call-scoped toolset started for this call ends with it."""
+    instance, call.toolset = call.toolset, None
+    if instance is not None and type(instance).scope == "call":
+        assert call.context.session is not None
+        await asyncio.shield(call.context.session.end_call(instance))
 
 
 def prepare(call: Call) -> Outcome | None:
@@ -784,6 +800,7 @@ async def in_loop(call: Call) -> Outcome:
             raise DispatchCancelled(outcome) from None
         return await aaudited(call, outcome)
     finally:
+        await release(call)
         if own is not None:
             await own.stop()
 

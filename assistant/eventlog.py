@@ -132,8 +132,22 @@ class MemoryEventLog:
         return changed
 
 
+CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
+
+
+def cluster_url(url: str) -> str | None:
+    """The first node's plain URL when ``url`` names a Redis Cluster (``redis+cluster://``)."""
+    if not url.startswith(CLUSTER_SCHEMES):
+        return None
+    return url.replace("+cluster://", "://", 1)
+
+
 class RedisEventLog:
-    """Shared by every server process: a counter and a sorted set per conversation, with a TTL."""
+    """Shared by every server process: a counter and a sorted set per conversation, with a TTL.
+
+    On a Redis Cluster (a ``redis+cluster://`` URL) both keys of a conversation share one hash
+    tag, so its script and transactions stay in one slot.
+    """
 
     def __init__(self, url: str, keep: int, ttl: int) -> None:
         self.url = url
@@ -150,7 +164,12 @@ class RedisEventLog:
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
         if client is None:
-            client = self._clients[loop] = redis.Redis.from_url(self.url)
+            cluster = cluster_url(self.url)
+            if cluster is not None:
+                client = redis.RedisCluster.from_url(cluster)
+            else:
+                client = redis.Redis.from_url(self.url)
+            self._clients[loop] = client
         return client
 
     @staticmethod
@@ -276,7 +295,7 @@ _log: EventLog | None = None
 
 
 def event_log() -> EventLog:
-    """The configured log: ``ASSISTANT["EVENT_LOG"]`` is None (memory) or a ``redis://`` URL."""
+    """The configured log: ``ASSISTANT["EVENT_LOG"]`` is None (memory) or a Redis URL."""
     global _log
     if _log is None:
         url = assistant_settings.EVENT_LOG

@@ -31,7 +31,8 @@ class Toolset:
 
     Declare tools with ``@assistant_tool`` on methods (``def tool(self, call, ...)``) and register
     the class with ``@register_toolset`` in an ``assistant_tools`` module. ``scope = "session"``
-    gives each chat session (websocket) its own instance; ``"process"`` one per server process.
+    gives each chat session (websocket) its own instance; ``"process"`` one per server process;
+    ``"call"`` one per tool call, started before it and stopped after it (nothing held between).
     """
 
     name: ClassVar[str] = ""
@@ -76,15 +77,19 @@ class Toolset:
             )
 
 
+SCOPES = ("session", "process", "call")
+
+
 def register_toolset(cls: type[Toolset] | None = None, *, site: Any = None) -> Any:
     """Register a ``Toolset`` class's ``@assistant_tool`` methods like any other tool."""
 
     def register(toolset: type[Toolset]) -> type[Toolset]:
         if not (isinstance(toolset, type) and issubclass(toolset, Toolset)):
             raise ToolDefinitionError(f"{toolset!r}: @register_toolset needs a Toolset subclass")
-        if toolset.scope not in ("session", "process"):
+        if toolset.scope not in SCOPES:
             raise ToolDefinitionError(
-                f"{toolset.__name__}: scope must be 'session' or 'process', not {toolset.scope!r}"
+                f"{toolset.__name__}: scope must be 'session', 'process' or 'call', "
+                f"not {toolset.scope!r}"
             )
         if not toolset.name:
             toolset.name = toolset.__name__
@@ -124,6 +129,7 @@ class ToolSession:
         self.token = CancellationToken()
         self.closed = False  # its connection has closed (turns may still be finishing)
         self._entries: dict[type[Toolset], _Entry] = {}
+        self._calls: set[Toolset] = set()  # call-scoped instances serving a call here now
 
     def owner_of(self, toolset: type[Toolset]) -> ToolSession:
         """The session holding ``toolset``'s instance: this one, or the process's."""
@@ -150,6 +156,8 @@ class ToolSession:
 
     async def start(self, toolset: type[Toolset]) -> Toolset:
         """Start (or restart, after a stop or cancel) one toolset and wait for it."""
+        if toolset.scope == "call":
+            raise ToolDefinitionError(f"{toolset.__name__} starts for each call: start_for_call")
         owner = self.owner_of(toolset)
         entry = owner._entries.get(toolset)
         if entry is not None and entry.starting is not None:
@@ -182,9 +190,25 @@ class ToolSession:
         finally:
             entry.starting = None
 
+    async def start_for_call(self, toolset: type[Toolset]) -> Toolset:
+        """A call-scoped toolset's own instance for one call, started (or failed): ``end_call`` it."""
+        instance = toolset()
+        self._calls.add(instance)
+        await self._run_start(_Entry(instance))
+        return instance
+
+    async def end_call(self, instance: Toolset) -> None:
+        """Stop a call's instance (unless this session's cancel already ended it)."""
+        self._calls.discard(instance)
+        await self._end_one(instance, cancel=False)
+
     async def start_all(self, wait: float | None = None) -> None:
         """Start every toolset of this session's scope concurrently, waiting up to ``wait`` s."""
-        wanted = [t for t in registered_toolsets(self.site) if self.owner_of(t) is self]
+        wanted = [
+            t
+            for t in registered_toolsets(self.site)
+            if self.owner_of(t) is self and t.scope != "call"
+        ]
         if not wanted:
             return
         starting = asyncio.gather(*(self.start(toolset) for toolset in wanted))
@@ -197,7 +221,7 @@ class ToolSession:
         """Start this session's toolsets in the background (their tools are not_ready meanwhile)."""
         for toolset in registered_toolsets(self.site):
             owner = self.owner_of(toolset)
-            if toolset not in owner._entries:
+            if toolset.scope != "call" and toolset not in owner._entries:
                 entry = owner._entries[toolset] = _Entry(toolset())
                 entry.starting = asyncio.ensure_future(owner._run_start(entry))
         return asyncio.ensure_future(self.start_all())
@@ -215,27 +239,30 @@ class ToolSession:
         for entry in entries:
             if entry.starting is not None:
                 await asyncio.shield(entry.starting)
-        for entry in entries:
-            instance = entry.instance
-            if instance.state is not ToolLifecycleState.STARTED:
-                continue
-            try:
-                if cancel:
-                    if instance.cancel_token is not None:
-                        instance.cancel_token.cancel()
-                    await instance.on_cancel()
-                    instance.state = ToolLifecycleState.CANCELLED
-                else:
-                    await instance.on_stop()
-                    instance.state = ToolLifecycleState.STOPPED
-            except Exception:
-                instance.state = ToolLifecycleState.FAILED
-                logger.exception(
-                    "Toolset %s failed to %s", type(instance).name, "cancel" if cancel else "stop"
-                )
-            finally:
+        # (a call's instance too: its call is stopped with the session)
+        for instance in [entry.instance for entry in entries] + list(self._calls):
+            await self._end_one(instance, cancel=cancel)
+
+    async def _end_one(self, instance: Toolset, *, cancel: bool) -> None:
+        if instance.state is not ToolLifecycleState.STARTED:
+            return
+        # (before its hook runs: a stop and a cancel arriving together end it once)
+        instance.state = ToolLifecycleState.CANCELLED if cancel else ToolLifecycleState.STOPPED
+        try:
+            if cancel:
                 if instance.cancel_token is not None:
                     instance.cancel_token.cancel()
+                await instance.on_cancel()
+            else:
+                await instance.on_stop()
+        except Exception:
+            instance.state = ToolLifecycleState.FAILED
+            logger.exception(
+                "Toolset %s failed to %s", type(instance).name, "cancel" if cancel else "stop"
+            )
+        finally:
+            if instance.cancel_token is not None:
+                instance.cancel_token.cancel()
 
 
 _process_sessions: dict[asyncio.AbstractEventLoop, ToolSession] = {}

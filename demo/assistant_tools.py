@@ -166,9 +166,7 @@ class DemoDatabase(SQLInspector):
     name = "demo_database"
     database = "default"
     role = demo_sql_role.ROLE  # PostgreSQL: `manage.py demo_sql_role` creates it (SQLite: no role)
-    # One connection per server process, not one per open chat: a session-scoped inspector
-    # would hold a database connection for every socket (and exhaust max_connections).
-    scope = "process"
+    # (its default scope, "call": a connection for each call, none held by open chats)
 
 
 @assistant_tool(

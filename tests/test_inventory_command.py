@@ -258,6 +258,6 @@ def test_json_names_a_toolset_tool_s_toolset_and_lifecycle():
     row = inventory()["list_tables"]
 
     assert row["toolset"] == "test_database"
-    assert row["lifecycle"] == "per session (starts with each chat connection)"
+    assert row["lifecycle"] == "per call (starts for each call, holds nothing between calls)"
     assert inventory()["overrun"]["timeout"] == 0.2
     assert inventory()["ping"]["lifecycle"] == "none"

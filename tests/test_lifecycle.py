@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import threading
@@ -251,7 +252,7 @@ async def test_begin_starts_every_session_toolset_in_the_background(
 
     assert session.state(Probe) is Started
     assert session.state(Sluggish) is Started
-    assert session.state(testapp_tools.TestDatabase) is Started
+    assert session.state(testapp_tools.TestDatabase) is None  # scope "call": with each call
     assert session.state(Broken) is ToolLifecycleState.FAILED
     assert log == ["probe:start"]
 
@@ -517,6 +518,95 @@ async def test_a_turn_without_a_session_stops_the_toolsets_it_started(
     assert log[:2] == ["probe:start", "probe:stop"]
 
 
+# -- call scope ----------------------------------------------------------------------------------
+
+
+class PerCall(Toolset):
+    """A call-scoped toolset declared by a test: it notes each hook, and may wait in a call."""
+
+    name = "lifecycle_test_per_call"
+    scope = "call"
+    hooks: ClassVar[list[str]] = []
+    waiting: ClassVar[asyncio.Event | None] = None
+
+    async def on_start(self, cancel: CancellationToken) -> None:
+        self.hooks.append(f"start {id(self)}")
+
+    async def on_stop(self) -> None:
+        self.hooks.append(f"stop {id(self)}")
+
+    async def on_cancel(self) -> None:
+        self.hooks.append(f"cancel {id(self)}")
+
+    @assistant_tool(
+        operation="per_call_here",
+        domain="diagnostics",
+        description="Report which instance answered, after waiting if asked to",
+        risk_level="safe",
+        public=True,
+    )
+    async def per_call_here(self, call: ToolCall, wait: bool = False) -> ToolResult:
+        if wait and self.waiting is not None:
+            self.waiting.set()
+            await asyncio.sleep(WAIT * 5)
+        return ToolResult(text=f"instance {id(self)}", data={"id": id(self)})
+
+
+@pytest.fixture
+def per_call_site() -> ToolRegistry:
+    site = ToolRegistry("lifecycle-call-test")
+    register_toolset(site=site)(PerCall)
+    PerCall.hooks = []
+    PerCall.waiting = None
+    return site
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_call_scoped_toolset_starts_for_each_call_and_stops_after_it(
+    per_call_site: ToolRegistry, diagnostician: Any, session: ToolSession
+) -> None:
+    await asyncio.wait_for(session.begin(), WAIT)  # (nothing of it starts with the session)
+    assert PerCall.hooks == []
+
+    first, second = [
+        await adispatch(
+            "per_call_here", {}, user=diagnostician, site=per_call_site, session=session
+        )
+        for _ in range(2)
+    ]
+
+    one, two = first.result.data["id"], second.result.data["id"]
+    assert PerCall.hooks == [f"start {one}", f"stop {one}", f"start {two}", f"stop {two}"]
+    assert session.state(PerCall) is None  # nothing held between calls
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_cancelling_the_session_cancels_a_call_scoped_instance_mid_call(
+    per_call_site: ToolRegistry, diagnostician: Any
+) -> None:
+    session = ToolSession(site=per_call_site)
+    PerCall.waiting = asyncio.Event()
+    call = asyncio.ensure_future(
+        adispatch(
+            "per_call_here",
+            {"wait": True},
+            user=diagnostician,
+            site=per_call_site,
+            session=session,
+        )
+    )
+    await asyncio.wait_for(PerCall.waiting.wait(), WAIT)
+
+    await asyncio.wait_for(session.cancel(), WAIT)
+    call.cancel()
+    with contextlib.suppress(Exception, asyncio.CancelledError):
+        await asyncio.wait_for(call, WAIT)
+
+    [started] = [hook for hook in PerCall.hooks if hook.startswith("start")]
+    instance = started.split()[1]
+    assert PerCall.hooks == [f"start {instance}", f"cancel {instance}"]  # ended once
+
+
 # -- process scope -------------------------------------------------------------------------------
 
 
@@ -700,7 +790,7 @@ def test_register_toolset_refuses_an_unknown_scope() -> None:
             return ToolResult(text="here")
 
     site = ToolRegistry("mistakes")
-    with pytest.raises(ToolDefinitionError, match="scope must be 'session' or 'process'"):
+    with pytest.raises(ToolDefinitionError, match="scope must be 'session', 'process' or 'call'"):
         register_toolset(site=site)(Everywhere)
     assert "everywhere" not in site
 

@@ -368,7 +368,6 @@ async def test_the_statement_timeout_stops_a_long_query(
 async def test_a_cancelled_call_stops_its_query_and_leaves_the_connection_usable(
     query: Callable[..., Any], session: ToolSession
 ) -> None:
-    await session.start(testapp_tools.TestDatabase)  # so the query starts at once
     call = asyncio.ensure_future(query(ENDLESS[connection.vendor]))
     await asyncio.sleep(0.3)
 
@@ -453,8 +452,8 @@ async def test_cancelling_the_session_cancels_a_running_query_on_the_server(
     assert outcome.text == (
         "The database refused the query: canceling statement due to user request"
     )
-    assert session.state(testapp_tools.TestDatabase) is ToolLifecycleState.CANCELLED
     assert await sleeping_on_server(0, within=0.5)
+    assert await connections_settle(0) == 0  # the call's own connection is closed too
 
 
 @pytest.mark.postgres
@@ -519,23 +518,24 @@ def make_role() -> Iterator[Callable[..., str]]:
             drop_role(cursor, role)
 
 
-def inspector_site(role: str) -> tuple[ToolRegistry, type[SQLInspector]]:
+def inspector_site(role: str, scope: str = "call") -> tuple[ToolRegistry, type[SQLInspector]]:
     """A registry of its own with an inspector on the test database, connecting as ``role``."""
 
     class RoleInspector(SQLInspector):
         name = "role_test_database"
 
     RoleInspector.role = role
+    RoleInspector.scope = scope
     site = ToolRegistry("sql-role-test")
     register_toolset(site=site)(RoleInspector)
     return site, RoleInspector
 
 
 async def try_inspector(
-    role: str, user: Any
+    role: str, user: Any, scope: str = "call"
 ) -> tuple[type[SQLInspector], ToolSession, list[Outcome]]:
     """List the tables and ask for a query with an inspector connecting as ``role``."""
-    site, inspector = inspector_site(role)
+    site, inspector = inspector_site(role, scope)
     session = ToolSession(site=site)
     try:
         outcomes = [
@@ -568,21 +568,17 @@ async def test_as_a_superuser_it_refuses_to_start_and_its_tools_are_unavailable(
         pytest.skip(f"the suite connects as {superuser!r}, not a superuser")
 
     with caplog.at_level(logging.ERROR, logger="assistant.lifecycle"):
-        inspector, session, outcomes = await try_inspector("", analyst)
+        _, _, outcomes = await try_inspector("", analyst)
 
-    assert session.state(inspector) is ToolLifecycleState.FAILED
     assert [outcome.decision for outcome in outcomes] == ["unavailable", "unavailable"]
     assert [outcome.code for outcome in outcomes] == ["unavailable", "unavailable"]
-    instance = session.instance(inspector)
-    assert instance is not None
-    assert instance.error.startswith(
-        f"UnsafeDatabaseRole: database role {superuser!r} is (or may become) a superuser: "
-    )
-    [logged] = [record.getMessage() for record in caplog.records]
-    assert logged.startswith(
-        "Toolset role_test_database failed to start: UnsafeDatabaseRole: "
-        f"database role {superuser!r} is (or may become) a superuser: "
-    )
+    logged = [record.getMessage() for record in caplog.records]
+    assert len(logged) == 2  # each call tries to start it (a role fixed meanwhile would do)
+    for message in logged:
+        assert message.startswith(
+            "Toolset role_test_database failed to start: UnsafeDatabaseRole: "
+            f"database role {superuser!r} is (or may become) a superuser: "
+        )
     decisions = [
         entry.decision
         async for entry in AuditEntry.objects.filter(pk__in=[o.audit_id for o in outcomes])
@@ -604,20 +600,26 @@ async def test_as_a_superuser_it_refuses_to_start_and_its_tools_are_unavailable(
     ids=["read-files", "write-files", "programs", "through-a-group", "superuser-member"],
 )
 async def test_a_role_that_reaches_server_files_or_programs_is_refused(
-    analyst: Any, make_role: Callable[..., str], grants: list[str], named: str
+    analyst: Any,
+    make_role: Callable[..., str],
+    grants: list[str],
+    named: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     group = await sync_to_async(make_role)("pg_execute_server_program", options="NOLOGIN")
     superuser = f'"{connection.settings_dict["USER"]}"'
     grants = [grant.format(group=f'"{group}"', superuser=superuser) for grant in grants]
     role = await sync_to_async(make_role)("pg_read_all_data", *grants)
 
-    inspector, session, outcomes = await try_inspector(role, analyst)
+    with caplog.at_level(logging.ERROR, logger="assistant.lifecycle"):
+        await try_inspector(role, analyst)
+        _, session, outcomes = await try_inspector(role, analyst, scope="session")
 
-    assert session.state(inspector) is ToolLifecycleState.FAILED
     assert [outcome.code for outcome in outcomes] == ["unavailable", "unavailable"]
-    instance = session.instance(inspector)
-    assert instance is not None
-    assert f"database role {role!r} {named}" in instance.error
+    assert session.state(session.failed().pop()) is ToolLifecycleState.FAILED
+    logged = [record.getMessage() for record in caplog.records]
+    assert len(logged) == 3  # per call twice, then once for the session
+    assert all(f"database role {role!r} {named}" in message for message in logged)
 
 
 @pytest.mark.postgres
@@ -666,13 +668,12 @@ def test_manage_py_check_database_reports_the_unsafe_role(monkeypatch: pytest.Mo
     ids=["copy-to-program", "copy-to-file", "pg_read_file", "pg_ls_dir"],
 )
 async def test_as_a_read_only_role_server_programs_and_files_are_refused(
-    query: Callable[..., Any], session: ToolSession, sql: str, refusal: str
+    query: Callable[..., Any], sql: str, refusal: str
 ) -> None:
     marker = Path(tempfile.gettempdir()) / f"assistant-sql-{uuid.uuid4().hex}"
 
     outcome = await query(sql.format(marker=marker))
 
-    assert session.state(testapp_tools.TestDatabase) is ToolLifecycleState.STARTED
     assert outcome.decision == "confirmed"
     assert outcome.text.startswith("The database refused the query: ")
     assert refusal in outcome.text
@@ -708,8 +709,10 @@ def allow_login(role: str, allowed: bool) -> None:
 
 @pytest.mark.postgres
 async def test_after_its_connection_was_terminated_the_next_query_reconnects(
-    query: Callable[..., Any], session: ToolSession
+    query: Callable[..., Any], session: ToolSession, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A session-scoped inspector holds its connection between calls: lost, it is made anew."""
+    monkeypatch.setattr(testapp_tools.TestDatabase, "scope", "session")
     first = await query("SELECT pg_backend_pid()")
     [[pid]] = first.result.data["rows"]
 
@@ -729,7 +732,7 @@ async def test_while_the_server_refuses_it_the_query_is_refused_then_it_reconnec
     analyst: Any, make_role: Callable[..., str]
 ) -> None:
     role = await sync_to_async(make_role)("pg_read_all_data")
-    site, _ = inspector_site(role)
+    site, _ = inspector_site(role, "session")
     session = ToolSession(site=site)
     ask = asker(site, session, analyst)
 
@@ -759,7 +762,7 @@ async def test_a_reconnection_checks_the_role_again(
     analyst: Any, make_role: Callable[..., str]
 ) -> None:
     role = await sync_to_async(make_role)("pg_read_all_data")
-    site, _ = inspector_site(role)
+    site, _ = inspector_site(role, "session")
     session = ToolSession(site=site)
     ask = asker(site, session, analyst)
 
@@ -775,3 +778,106 @@ async def test_a_reconnection_checks_the_role_again(
     assert refused.code == "unsafe_database_role"
     entry = await AuditEntry.objects.aget(pk=refused.audit_id)
     assert entry.decision == AuditEntry.Decision.FAILED
+
+
+@pytest.mark.postgres
+async def test_each_call_connects_as_a_role_checked_again(
+    analyst: Any, make_role: Callable[..., str]
+) -> None:
+    role = await sync_to_async(make_role)("pg_read_all_data")
+    site, _ = inspector_site(role)
+    session = ToolSession(site=site)
+    ask = asker(site, session, analyst)
+
+    try:
+        [[first]] = (await ask("SELECT pg_backend_pid()")).result.data["rows"]
+        [[second]] = (await ask("SELECT pg_backend_pid()")).result.data["rows"]
+        await sync_to_async(make_superuser)(role)
+        refused = await adispatch("list_tables", {}, user=analyst, site=site, session=session)
+    finally:
+        await session.stop()
+
+    assert first != second
+    assert (refused.decision, refused.code) == ("unavailable", "unavailable")
+
+
+# -- connections: none held between calls ------------------------------------------------------
+
+CHATS = 4
+
+
+def inspector_connections() -> int:
+    """Connections the inspector's role holds on the server right now."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE usename = %s",
+            [testapp_tools.TestDatabase.role],
+        )
+        return cursor.fetchone()[0]
+
+
+async def connections_settle(count: int, within: float = WAIT) -> int:
+    """Wait until the inspector's role holds ``count`` connections; what it holds at the end."""
+    deadline = time.monotonic() + within
+    while (held := await sync_to_async(inspector_connections)()) != count:
+        if time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.05)
+    return held
+
+
+async def chats_that_listed_tables(open_socket: Any, analyst: Any) -> list[Any]:
+    """``CHATS`` open chats of the analyst, each of which has listed the tables once."""
+    from tests.sockets import receive_run, send
+
+    sockets = [await open_socket(analyst) for _ in range(CHATS)]
+    for socket in sockets:
+        await send(socket, type="message", text="list tables")
+        frames = await receive_run(socket)
+        [result] = [frame for frame in frames if frame["type"] == "TOOL_CALL_RESULT"]
+        assert "testapp_order" in result["content"], result
+    return sockets
+
+
+async def counted_in_a_chat(socket: Any) -> list[list[Any]]:
+    """Ask for a count of the orders in a chat and confirm it there: the rows it answered."""
+    from tests.sockets import receive_run, send
+
+    await send(socket, type="message", text='run query "SELECT count(*) FROM testapp_order"')
+    asked = await receive_run(socket)
+    action_id = asked[-1]["outcome"]["interrupts"][0]["id"]
+    await send(socket, type="confirm", action=action_id)
+    frames = await receive_run(socket)
+    [outcome] = [frame for frame in frames if frame.get("name") == "assistant.outcome"]
+    return outcome["value"]["data"]["rows"]
+
+
+@pytest.mark.postgres
+async def test_open_chats_hold_no_inspector_connection_between_calls(
+    open_socket: Any, analyst: Any, orders: list[str]
+) -> None:
+    from assistant.lifecycle import stop_process_session
+
+    try:
+        sockets = await chats_that_listed_tables(open_socket, analyst)
+        counted = await counted_in_a_chat(sockets[0])
+
+        assert counted == [[ORDERS]]
+        assert await connections_settle(0) == 0
+    finally:
+        await stop_process_session()
+
+
+@pytest.mark.postgres
+async def test_a_session_scoped_inspector_holds_a_connection_per_open_chat(
+    open_socket: Any, analyst: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The opt-in: ``scope = "session"`` keeps one connection for each chat while it is open."""
+    monkeypatch.setattr(testapp_tools.TestDatabase, "scope", "session")
+
+    sockets = await chats_that_listed_tables(open_socket, analyst)
+
+    assert await connections_settle(CHATS) == CHATS
+    for socket in sockets:
+        await socket.disconnect()
+    assert await connections_settle(0) == 0

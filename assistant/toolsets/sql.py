@@ -1,10 +1,13 @@
 """``SQLInspector``: a read-only look into a database — its tables, their columns, bounded SELECTs.
 
 The seed's Postgres example as a toolset: it connects on start (a Django ``DATABASES`` alias or a
-DSN), introspects and caches the schema, runs every query in a read-only transaction with a
-statement timeout and a row cap, cancels the query on the server when the run is stopped, and
-closes its connection on stop; a query whose connection the server dropped runs once more on a new
-one. Register it (or a subclass naming another database) to enable it:
+DSN), introspects the schema when a tool first needs it, runs every query in a read-only
+transaction with a statement timeout and a row cap, cancels the query on the server when the run
+is stopped, and closes its connection on stop; a query whose connection the server dropped runs
+once more on a new one. Its ``scope`` is ``"call"``: each call connects and closes, so open chats
+hold no connection between calls; ``"session"`` (one connection per open chat) or ``"process"``
+(one per server process, queries take turns) keep one open instead. Register it (or a subclass
+naming another database) to enable it:
 
     @register_toolset
     class ReportingDatabase(SQLInspector):
@@ -88,14 +91,18 @@ class _Postgres:
         import psycopg
 
         self.connection = await psycopg.AsyncConnection.connect(self.conninfo, **self.params)
-        async with self.connection.cursor() as cursor:
-            await cursor.execute(ROLE_QUERY, [list(SERVER_ROLES)])
-            problem = _unfit(await cursor.fetchone())
-        if problem is not None:
-            await self.connection.close()
-            raise unsafe_role(problem)
-        await self.connection.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
-        await self.connection.commit()
+        try:
+            async with self.connection.cursor() as cursor:
+                await cursor.execute(ROLE_QUERY, [list(SERVER_ROLES)])
+                problem = _unfit(await cursor.fetchone())
+            if problem is not None:
+                raise unsafe_role(problem)
+            await self.connection.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+            await self.connection.commit()
+        except BaseException:  # (a call stopped while it connects leaves no connection behind)
+            with contextlib.suppress(Exception):
+                await self.connection.close()
+            raise
 
     async def tables(self) -> dict[str, list[tuple[str, str, bool]]]:
         async with self.lock, self.connection.cursor() as cursor:
@@ -327,7 +334,7 @@ class SQLInspector(Toolset):
     """Read-only access to one database: list tables, describe one, run a bounded SELECT."""
 
     name = "sql_inspector"
-    scope = "session"
+    scope = "call"  # a connection for each call; "session"/"process": one held that long
     database: ClassVar[str] = "default"  # a DATABASES alias, or a DSN
     role: ClassVar[str] = ""  # PostgreSQL: connect as this role instead of the alias's USER
     row_limit: ClassVar[int] = 200
@@ -337,7 +344,7 @@ class SQLInspector(Toolset):
     def __init__(self) -> None:
         super().__init__()
         self.backend: _Backend | None = None
-        self.schema: dict[str, list[tuple[str, str, bool]]] = {}
+        self.schema: dict[str, list[tuple[str, str, bool]]] | None = None  # read on first need
 
     @classmethod
     def role_problem(cls) -> str | None:
@@ -361,10 +368,16 @@ class SQLInspector(Toolset):
         if isinstance(self.backend, _SQLite):
             self.backend.hidden = self.hidden_tables
         await self.backend.connect()
-        schema = await self.backend.tables()
-        self.schema = {
-            name: columns for name, columns in schema.items() if name not in self.hidden_tables
-        }
+
+    async def tables(self) -> dict[str, list[tuple[str, str, bool]]]:
+        """The schema's tables and their columns (hidden ones left out), read once per instance."""
+        if self.schema is None:
+            assert self.backend is not None
+            schema = await self.backend.tables()
+            self.schema = {
+                name: columns for name, columns in schema.items() if name not in self.hidden_tables
+            }
+        return self.schema
 
     async def on_stop(self) -> None:
         if self.backend is not None:
@@ -385,7 +398,8 @@ class SQLInspector(Toolset):
         keywords=["list tables", "tables"],
     )
     async def list_tables(self, call: ToolCall, search: str | None = None) -> ToolResult:
-        names = sorted(name for name in self.schema if not search or search.lower() in name.lower())
+        schema = await self.tables()
+        names = sorted(name for name in schema if not search or search.lower() in name.lower())
         if not names:
             return ToolResult(text="No tables match.", data=[])
         return ToolResult(text=f"{len(names)} tables: " + ", ".join(names), data=names)
@@ -399,7 +413,7 @@ class SQLInspector(Toolset):
         keywords=["describe table"],
     )
     async def describe_table(self, call: ToolCall, table: str) -> ToolResult:
-        columns = self.schema.get(table)
+        columns = (await self.tables()).get(table)
         if columns is None:
             return ToolResult(text=f"There is no table named {table!r}.")
         rows = [

@@ -216,7 +216,7 @@ def test_on_sqlite_the_inspector_reads_the_file_and_writes_nothing(
 ) -> None:
     report = inspect(project)
 
-    assert report["state"] == "started"
+    assert report["state"] == "None"  # scope "call": nothing held after the calls
     assert "auth_user" in report["tables"]
     assert "django_session" not in report["tables"]
     header, column, users = report["count"].splitlines()
@@ -261,7 +261,7 @@ def test_on_postgresql_the_inspector_reads_as_its_role_and_no_more(
 ) -> None:
     report = inspect(postgres_project)
 
-    assert report["state"] == "started"
+    assert report["state"] == "None"  # scope "call": nothing held after the calls
     assert "auth_user" in report["tables"]
     assert {"django_session", "authtoken_token"}.isdisjoint(report["tables"])
     assert "password" not in report["auth_user"]

@@ -89,4 +89,7 @@ def _permissions_cell(row: dict[str, Any]) -> str:
 
 
 def tool_scope(row: dict[str, Any]) -> str:
-    return "process" if str(row["lifecycle"]).startswith("process") else "session"
+    lifecycle = str(row["lifecycle"])
+    if lifecycle.startswith("process"):
+        return "process"
+    return "call" if lifecycle.startswith("per call") else "session"
