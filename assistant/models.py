@@ -903,14 +903,12 @@ class BudgetUsage(models.Model):
         return usage
 
     def reserve(self, tokens: int, *, limit: int, ttl_seconds: float) -> BudgetReservation | None:
-        """Hold ``tokens`` for one call while anything of the day's limit is left, else None.
-
-        The first statement is an UPDATE of this row: PostgreSQL locks the row, SQLite takes its
-        write lock, so reservations of one user are decided one after the other.
-        """
+        """Hold ``tokens`` for one call while anything of the day's limit is left, else None."""
         now = timezone.now()
         with transaction.atomic():
             rows = BudgetUsage.objects.filter(pk=self.pk)
+            # An UPDATE first: PostgreSQL locks the row, SQLite takes its write lock (in any
+            # transaction mode), so one user's reservations are decided one after the other.
             rows.update(updated_at=now)
             spent = rows.values_list("spent_tokens", flat=True).get()
             if spent + self.held(now) >= limit:
