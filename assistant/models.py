@@ -917,7 +917,10 @@ class BudgetUsage(models.Model):
             rows.update(
                 reserved_tokens=models.F("reserved_tokens") + tokens, calls=models.F("calls") + 1
             )
-            self.reservations.filter(expires_at__lte=now).delete()  # a crashed call's: let go
+            # what crashed calls left (this day's or earlier): let go
+            BudgetReservation.objects.filter(
+                usage__user_id=self.user_id, expires_at__lte=now
+            ).delete()
             return BudgetReservation.objects.create(
                 usage=self,
                 tokens=tokens,
