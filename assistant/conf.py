@@ -436,6 +436,24 @@ LLM_SETTINGS: dict[str, Setting] = {
         doc="sampling temperature",
         kind=float,
     ),
+    "RESERVE_REPLY_TOKENS": Setting(
+        default=2048,
+        accepts=_positive_int,
+        expected="a positive integer",
+        example="2048",
+        doc="with a TOKENS_PER_DAY budget: the reply tokens each model call reserves on top of "
+        "its prompt's estimate, and its reply's cap (max_tokens)",
+        kind=int,
+    ),
+    "RESERVATION_TTL": Setting(
+        default=900.0,
+        accepts=_number(),
+        expected="a positive number of seconds",
+        example="900",
+        doc="seconds a model call's budget reservation holds; one a crashed process left then "
+        "lapses",
+        kind=float,
+    ),
     "SYSTEM_PROMPT": Setting(
         default=(
             "You are the assistant of a Django application. Use the tools to act; never invent "

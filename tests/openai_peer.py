@@ -58,6 +58,7 @@ class Reply:
     trickle: float = 0.0  # seconds of SSE keep-alive comments before the first chunk
     then: Literal["done", "stall", "drop"] = "done"
     chunks: tuple[dict[str, Any], ...] | None = None  # played verbatim instead (stream shapes)
+    usage: dict[str, int] | None = None  # reported instead of USAGE, when asked for usage
 
     @property
     def finish_reason(self) -> str:
@@ -187,7 +188,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._write_chunk(b"data: " + json.dumps(chunk).encode() + b"\n\n")
         asked = (body.get("stream_options") or {}).get("include_usage")
         if asked and reply.chunks is None and reply.then == "done":
-            usage_only = {**_chunk(model, {}), "choices": [], "usage": USAGE}
+            usage_only = {**_chunk(model, {}), "choices": [], "usage": reply.usage or USAGE}
             self._write_chunk(b"data: " + json.dumps(usage_only).encode() + b"\n\n")
         if reply.then == "drop":
             self.connection.shutdown(socket.SHUT_RDWR)

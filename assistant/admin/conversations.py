@@ -7,7 +7,7 @@ from typing import Any
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.db.models import Count, QuerySet, Sum
+from django.db.models import Count, Q, QuerySet, Sum
 from django.db.models.functions import TruncDate
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
@@ -15,8 +15,9 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
+from ..budgets import budget_for
 from ..chat import delete_conversations
-from ..models import Conversation, Message, PendingAction
+from ..models import BudgetUsage, Conversation, Message, PendingAction
 from .base import ReadOnlyAdmin, badge, change_link, page_context
 
 
@@ -127,6 +128,7 @@ class ConversationAdmin(ReadOnlyAdmin):
             "per_day": per_day,
             "per_user": per_user,
             "chart": usage_chart(per_day),
+            "budgets": budgets_today(),
         }
         return TemplateResponse(request, "admin/assistant/conversation/usage.html", context)
 
@@ -137,6 +139,32 @@ class ConversationAdmin(ReadOnlyAdmin):
 
 
 USAGE_DAYS = 30
+
+
+def budgets_today() -> list[dict[str, Any]]:
+    """Today's token budgets in use: each user's limit, what was spent, held now and reserved."""
+    now = timezone.now()
+    rows = (
+        BudgetUsage.objects.filter(day=timezone.localdate())
+        .select_related("user")
+        .annotate(held_now=Sum("reservations__tokens", filter=Q(reservations__expires_at__gt=now)))
+        .order_by("-spent_tokens")[:50]
+    )
+    shown = []
+    for usage in rows:
+        daily = budget_for(usage.user).tokens_per_day
+        shown.append(
+            {
+                "user": usage.user.get_username(),
+                "limit": "unlimited" if daily is None else f"{daily:,}",
+                "spent": f"{usage.spent_tokens:,}",
+                "held": f"{usage.held_now or 0:,}",
+                "reserved": f"{usage.reserved_tokens:,}",
+                "calls": usage.calls,
+                "refusals": usage.refusals,
+            }
+        )
+    return shown
 
 
 def _summed(groups: Any, order: str) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ from asgiref.sync import sync_to_async
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from .. import events
-from ..budgets import check_budget
+from ..budgets import areserve_call, check_budget
 from ..catalog import get_catalog
 from ..conf import assistant_settings
 from ..dispatch import Outcome
@@ -183,12 +183,20 @@ class LLMPlanner:
             text.append(delta)
             await turn.say(delta)
 
+        budget = await areserve_call(turn, messages, tools)  # refused: BudgetExceeded
         try:
             calls = await stream_reply(
-                client, config, messages, tools, on_text=speak, on_usage=turn.count_usage
+                client,
+                config,
+                messages,
+                tools,
+                on_text=speak,
+                on_usage=budget.metered(turn.count_usage),
+                max_tokens=budget.reply_tokens,
             )
         finally:
             turn.end_step()
+            await budget.asettle("".join(text))  # what it spent, even failed or stopped
         ordered = calls.finished(prefix=f"call_{turn.run_id[:8]}_{len(messages)}")
         if ordered:
             messages.append(
@@ -209,12 +217,13 @@ async def stream_reply(
     *,
     on_text: Callable[[str], Awaitable[None]],
     on_usage: Callable[[str, dict[str, int] | None], None],
+    max_tokens: int | None = None,
 ) -> StreamedCalls:
     """One streamed completion: its words to ``on_text``, its usage to ``on_usage``, its calls
-    merged; any failure of the endpoint is ``LLMUnavailable``."""
+    merged, its reply capped at ``max_tokens``; any failure of the endpoint is ``LLMUnavailable``."""
     calls = StreamedCalls()
     try:
-        stream = await _open_stream(client, config, messages, tools)
+        stream = await _open_stream(client, config, messages, tools, max_tokens)
         async for chunk in _bounded(stream, config["TIMEOUT"]):
             on_usage(chunk.model or config["MODEL"], _usage(chunk))
             # Usage-only and keep-alive chunks have no choices (Azure, Mistral, OpenAI).
@@ -319,6 +328,7 @@ async def _open_stream(
     config: dict[str, Any],
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]],
+    max_tokens: int | None = None,
 ) -> Any:
     """Start a streamed completion asking for usage; without it where the server refuses."""
     request: dict[str, Any] = {
@@ -328,12 +338,16 @@ async def _open_stream(
         "temperature": config["TEMPERATURE"],
         "stream": True,
     }
+    if max_tokens is not None:
+        request[_cap_name(config)] = max_tokens
     if config["BASE_URL"] not in _refuses_usage:
         try:
             return await _post_stream(
                 client, {**request, "stream_options": {"include_usage": True}}
             )
         except openai.BadRequestError as exc:
+            if _refused_cap(exc, request, config):
+                return await _open_stream(client, config, messages, tools, max_tokens)
             if "stream_options" not in str(exc) and "include_usage" not in str(exc):
                 raise
             logger.info("%s refuses stream_options; asking without usage", config["BASE_URL"])
@@ -353,6 +367,27 @@ async def _post_stream(client: openai.AsyncOpenAI, request: dict[str, Any]) -> A
         stream=True,
         stream_cls=openai.AsyncStream[ChatCompletionChunk],
     )
+
+
+# (endpoint, model) pairs that refused max_tokens for max_completion_tokens (OpenAI's reasoning
+# models): asked with that from then on.
+_caps_completion: set[tuple[str | None, str | None]] = set()
+
+
+def _cap_name(config: dict[str, Any]) -> str:
+    """How the endpoint wants a reply's cap named."""
+    key = (config["BASE_URL"], config["MODEL"])
+    return "max_completion_tokens" if key in _caps_completion else "max_tokens"
+
+
+def _refused_cap(
+    exc: openai.BadRequestError, request: dict[str, Any], config: dict[str, Any]
+) -> bool:
+    """Whether the endpoint refused ``max_tokens`` for ``max_completion_tokens`` (now learnt)."""
+    if "max_tokens" not in request or "max_completion_tokens" not in str(exc):
+        return False
+    _caps_completion.add((config["BASE_URL"], config["MODEL"]))
+    return True
 
 
 def _usage(chunk: Any) -> dict[str, int] | None:
