@@ -20,10 +20,12 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.test import override_settings
 from django.utils import timezone
 from rest_framework.test import APIClient
 
 from assistant.chat import start_turn
+from assistant.checks import check_turn_liveness
 from assistant.liveness import areap_interrupted_turns, reap_interrupted_turns, reply_id
 from assistant.models import AuditEntry, Message, ServerProcess
 from tests.clients import API
@@ -167,6 +169,22 @@ def test_the_command_closes_them_and_counts(plain_user):
 def test_the_command_refuses_a_silence_that_is_not_positive():
     with pytest.raises(CommandError, match="--stale-after must be a positive number"):
         call_command("assistant_reap_turns", "--stale-after", "0")
+
+
+@pytest.mark.parametrize(
+    ("configured", "expected"),
+    [
+        ({}, []),  # 5 s and 30 s
+        ({"TURN_HEARTBEAT": None}, []),  # nothing tracked
+        ({"TURN_HEARTBEAT": 5, "TURN_STALE_AFTER": 11}, []),
+        ({"TURN_HEARTBEAT": 5, "TURN_STALE_AFTER": 10}, ["assistant.E017"]),
+        ({"TURN_HEARTBEAT": 60}, ["assistant.E017"]),
+        ({"TURN_HEARTBEAT": "5"}, []),  # (E002's)
+    ],
+)
+def test_e017_a_live_process_is_never_taken_for_dead_between_two_heartbeats(configured, expected):
+    with override_settings(ASSISTANT=configured):
+        assert [message.id for message in check_turn_liveness()] == expected
 
 
 @pytest.mark.django_db
