@@ -342,6 +342,8 @@ async def run_started_turn(turn: Turn, work: Work | None = None) -> TurnResult:
     refresh_access(turn.user)  # a long-lived user object reloads what may have changed
     control = loop_state().control
     control.register(turn.thread_id, turn.run_id, turn.cancel)
+    if turn.user_message is None:  # (one with a message is known by its message's row)
+        liveness.running_run(turn.thread_id, turn.run_id, turn.message_id)
     # The user's message is echoed once the planner had the chance to find its secrets.
     await turn.emit(events.run_started(turn.thread_id, turn.run_id))
     status, error, shutdown = Message.Status.COMPLETE, None, False
@@ -368,7 +370,7 @@ async def run_started_turn(turn: Turn, work: Work | None = None) -> TurnResult:
         message = await asyncio.shield(turn.finish(status, error))
     finally:
         control.unregister(turn.thread_id, turn.run_id)
-        liveness.finished(turn.user_message)
+        liveness.finished(turn.user_message, turn.run_id)
         await turn.publisher.close()
     if shutdown:
         raise asyncio.CancelledError

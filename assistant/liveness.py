@@ -7,6 +7,8 @@ seconds is dead: each message it left without a reply gets one, ``interrupted``,
 turn's calls as the audit holds them, and the conversation's sockets are told (``RUN_ERROR``
 ``turn_interrupted``). A reply's id is derived from its message's (``reply_id``): a turn is
 answered once however many reapers race, and a late reply of a process taken for dead is refused.
+A run with no message of its own (answering an action, an AG-UI client's tool results) is only
+in the beats: one that dies before the next beat names it is not found.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -25,6 +27,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django import db
 from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from . import events
 from .broadcast import Publisher
@@ -49,7 +52,8 @@ def reply_id(message_id: Any) -> str:
 
 
 class _Beater:
-    """This process's heartbeat thread, and the turns it runs (message id → when stored)."""
+    """This process's heartbeat thread, and the turns it runs: by message (id → when stored),
+    and the runs with no message of their own (run id → what its interrupted reply needs)."""
 
     def __init__(self) -> None:
         self.pid = os.getpid()
@@ -57,6 +61,7 @@ class _Beater:
         self.host = socket.gethostname()
         self.started_at = timezone.now()
         self.turns: dict[Any, datetime] = {}
+        self.runs: dict[str, dict[str, Any]] = {}
         self.lock = threading.Lock()
         self.first = threading.Event()
         self.thread = threading.Thread(target=self._run, name="assistant-heartbeat", daemon=True)
@@ -74,6 +79,7 @@ class _Beater:
         """Store the heartbeat (a failed one is logged: the next may do), holding no connection."""
         with self.lock:
             oldest = min(self.turns.values(), default=None)
+            runs = list(self.runs.values())
         try:
             ServerProcess.beat(
                 self.name,
@@ -81,6 +87,7 @@ class _Beater:
                 pid=self.pid,
                 started_at=self.started_at,
                 oldest_turn_at=oldest,
+                runs=runs,
             )
         except db.Error:  # (the database is away a moment): a process is dead only when silent long
             logger.warning("A heartbeat of process %s failed; beating on", self.name)
@@ -98,21 +105,31 @@ def tracking() -> str:
     The first turn of a process starts its heartbeat and waits for the first beat, so a turn's
     process always has a row; later turns only read an attribute.
     """
-    global _beater
     if assistant_settings.TURN_HEARTBEAT is None:
         return ""
+    return _beating(wait=True).name
+
+
+def _beating(*, wait: bool) -> _Beater:
+    """This process's beater, started if it is not (``wait``: until its first beat is stored)."""
+    global _beater
     beater = _beater
     if beater is None or beater.pid != os.getpid() or not beater.thread.is_alive():
         with _starting:
             beater = _beater
             if beater is None or beater.pid != os.getpid() or not beater.thread.is_alive():
                 beater = _Beater()
-                if _beater is not None and _beater.pid == beater.pid:
-                    beater.name, beater.turns = _beater.name, _beater.turns  # (a thread restarted)
+                if _beater is not None and _beater.pid == beater.pid:  # (its thread restarted)
+                    beater.name, beater.turns, beater.runs = (
+                        _beater.name,
+                        _beater.turns,
+                        _beater.runs,
+                    )
                 beater.thread.start()
-                beater.first.wait(FIRST_BEAT_WAIT)
                 _beater = beater
-    return beater.name
+    if wait:
+        beater.first.wait(FIRST_BEAT_WAIT)
+    return beater
 
 
 def running(message: Message) -> None:
@@ -123,11 +140,24 @@ def running(message: Message) -> None:
             beater.turns[message.pk] = message.created_at
 
 
-def finished(message: Message | None) -> None:
-    """The turn of this message ended here (its reply stored or not)."""
+def running_run(conversation_id: str, run_id: str, reply: str) -> None:
+    """Note that this process runs a run with no message of its own (named in the next beat)."""
+    if assistant_settings.TURN_HEARTBEAT is None:
+        return
+    beater = _beating(wait=False)  # (on the event loop: its first beat names this run)
+    entry = {"conversation": conversation_id, "run": run_id, "reply": reply}
+    with beater.lock:
+        beater.runs[run_id] = {**entry, "started_at": timezone.now().isoformat()}
+
+
+def finished(message: Message | None, run_id: str) -> None:
+    """A turn ended here (its reply stored or not): of this message, or this run."""
     beater = _beater
-    if beater is not None and message is not None and message.process == beater.name:
-        with beater.lock:
+    if beater is None:
+        return
+    with beater.lock:
+        beater.runs.pop(run_id, None)
+        if message is not None and message.process == beater.name:
             beater.turns.pop(message.pk, None)
 
 
@@ -136,11 +166,21 @@ def finished(message: Message | None) -> None:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Interrupted:
-    """A turn a dead process left unanswered: the user's message, its process, the reply stored."""
+    """A turn a dead process left unanswered: its conversation, the user's message (None for a
+    run with none of its own), its run when known, its process, and the reply stored."""
 
-    message: Message
+    conversation_id: Any
+    message: Message | None
     process: ServerProcess
-    reply: Message | None = None  # None on a dry run (or when another reaper answered first)
+    run_id: str | None = None
+    reply: Message | None = None  # None on a dry run
+
+    @property
+    def named(self) -> str:
+        """How a person is told which turn it was."""
+        if self.message is not None:
+            return f"message {self.message.pk}"
+        return f"run {self.run_id}"
 
 
 def dead_processes(stale_after: float) -> list[ServerProcess]:
@@ -162,15 +202,23 @@ def unanswered(process: ServerProcess, stale_after: float) -> list[Message]:
     return [message for pk, message in replies.items() if pk not in answered]
 
 
-def audited_calls(message: Message) -> list[dict[str, Any]]:
-    """The calls of a message's turn as the audit holds them (stored as a reply remembers them)."""
-    conversation = message.conversation_id
-    entries = AuditEntry.objects.filter(
-        conversation_id=conversation, created_at__gte=message.created_at
-    )
+def unanswered_runs(process: ServerProcess) -> list[dict[str, Any]]:
+    """The runs with no message of their own ``process`` named in its last beat, unanswered."""
+    runs = [run for run in process.runs if isinstance(run, dict) and run.get("reply")]
+    replies = {str(run["reply"]) for run in runs}
+    answered = {
+        str(pk) for pk in Message.objects.filter(pk__in=replies).values_list("pk", flat=True)
+    }
+    return [run for run in runs if str(run["reply"]) not in answered]
+
+
+def audited_calls(conversation: Any, since: datetime) -> list[dict[str, Any]]:
+    """The calls of a turn that began at ``since`` as the audit holds them (as a reply stores
+    them): its conversation's, up to the next message, but those another reply lists."""
+    entries = AuditEntry.objects.filter(conversation_id=conversation, created_at__gte=since)
     later = (
         Message.objects.filter(
-            conversation_id=conversation, role=Message.Role.USER, created_at__gt=message.created_at
+            conversation_id=conversation, role=Message.Role.USER, created_at__gt=since
         )
         .order_by("created_at")
         .values_list("created_at", flat=True)
@@ -179,9 +227,7 @@ def audited_calls(message: Message) -> list[dict[str, Any]]:
     if later is not None:
         entries = entries.filter(created_at__lt=later)
     replies = Message.objects.filter(
-        conversation_id=conversation,
-        role=Message.Role.ASSISTANT,
-        created_at__gte=message.created_at,
+        conversation_id=conversation, role=Message.Role.ASSISTANT, created_at__gte=since
     ).values_list("tool_calls", flat=True)
     claimed = {record.get("audit_id") for calls in replies for record in calls or []}
     return [
@@ -210,17 +256,36 @@ def close_turn(message: Message) -> Message | None:
         role=Message.Role.ASSISTANT,
         status=Message.Status.INTERRUPTED,
         text=TurnInterrupted().message,
-        tool_calls=audited_calls(message),
+        tool_calls=audited_calls(message.conversation_id, message.created_at),
         idempotency_key=message.idempotency_key,
         # right after the message it answers, in the conversation's order
         created_at=message.created_at + timedelta(microseconds=1),
     )
+    return _stored(reply)
+
+
+def close_run(run: dict[str, Any]) -> Message | None:
+    """Store the interrupted reply of a run with no message of its own (None: it has one)."""
+    started = parse_datetime(str(run.get("started_at") or "")) or timezone.now()
+    try:
+        reply = Message(
+            id=uuid.UUID(str(run["reply"])),
+            conversation_id=uuid.UUID(str(run["conversation"])),
+            role=Message.Role.ASSISTANT,
+            status=Message.Status.INTERRUPTED,
+            text=TurnInterrupted().message,
+            tool_calls=audited_calls(run["conversation"], started),
+        )
+    except (KeyError, ValueError):  # (not a row this code wrote)
+        return None
+    return _stored(reply)
+
+
+def _stored(reply: Message) -> Message | None:
     try:
         with transaction.atomic():
             reply.save(force_insert=True)
-            Conversation.objects.filter(pk=message.conversation_id).update(
-                updated_at=timezone.now()
-            )
+            Conversation.objects.filter(pk=reply.conversation_id).update(updated_at=timezone.now())
     except IntegrityError:  # another reaper (or the turn itself) answered; or it was deleted
         return None
     return reply
@@ -233,18 +298,31 @@ def close_interrupted_turns(
     seconds = assistant_settings.TURN_STALE_AFTER if stale_after is None else stale_after
     closed = []
     for process in dead_processes(seconds):
-        left = unanswered(process, seconds)
+        left = [
+            Interrupted(conversation_id=message.conversation_id, message=message, process=process)
+            for message in unanswered(process, seconds)
+        ] + [
+            Interrupted(
+                conversation_id=run.get("conversation"),
+                message=None,
+                process=process,
+                run_id=run.get("run"),
+            )
+            for run in unanswered_runs(process)
+        ]
         if dry_run:
-            closed += [Interrupted(message=message, process=process) for message in left]
+            closed += left
             continue
-        for message in left:
-            reply = close_turn(message)
+        runs = {run.get("run"): run for run in process.runs if isinstance(run, dict)}
+        for turn in left:
+            if turn.message is not None:
+                reply = close_turn(turn.message)
+            else:
+                reply = close_run(runs[turn.run_id])
             if reply is not None:
-                closed.append(Interrupted(message=message, process=process, reply=reply))
+                closed.append(replace(turn, reply=reply))
                 logger.warning(
-                    "Closed the turn of message %s as interrupted (process %s died)",
-                    message.pk,
-                    process,
+                    "Closed %s as interrupted (its process %s died)", turn.named, process
                 )
         # (a process that beats again meanwhile keeps its row)
         ServerProcess.objects.filter(name=process.name, beat_at=process.beat_at).delete()
@@ -258,7 +336,7 @@ async def areap_interrupted_turns(
     closed = await sync_to_async(close_interrupted_turns)(stale_after=stale_after, dry_run=dry_run)
     for interrupted in closed:
         if interrupted.reply is not None:
-            await announce(interrupted.message, interrupted.reply)
+            await announce(interrupted)
     return closed
 
 
@@ -269,10 +347,14 @@ def reap_interrupted_turns(
     return async_to_sync(areap_interrupted_turns)(stale_after=stale_after, dry_run=dry_run)
 
 
-async def announce(message: Message, reply: Message) -> None:
+async def announce(interrupted: Interrupted) -> None:
     """Tell the conversation's sockets: the reply as stored, and the run's end."""
-    thread_id = str(message.conversation_id)
-    run_id = await run_of(thread_id, message)
+    reply = interrupted.reply
+    assert reply is not None
+    thread_id = str(interrupted.conversation_id)
+    run_id = interrupted.run_id
+    if run_id is None and interrupted.message is not None:
+        run_id = await run_of(thread_id, interrupted.message)
     error = TurnInterrupted()
     reply_key = str(reply.pk)
     publisher = Publisher(thread_id)

@@ -141,6 +141,9 @@ class ServerProcess(models.Model):
     beat_at = models.DateTimeField(default=timezone.now, db_index=True)
     # the oldest turn running at the last beat (None: none was): where its turns begin
     oldest_turn_at = models.DateTimeField(null=True, blank=True)
+    # the runs with no message of their own (answering an action, an AG-UI client's tool
+    # results) going at the last beat: [{"conversation", "run", "reply", "started_at"}]
+    runs = models.JSONField(default=list, blank=True, encoder=DjangoJSONEncoder)
 
     class Meta:
         ordering = ["-beat_at"]
@@ -150,20 +153,22 @@ class ServerProcess(models.Model):
 
     @classmethod
     def beat(
-        cls, name: str, *, host: str, pid: int, started_at: datetime, oldest_turn_at: Any
+        cls,
+        name: str,
+        *,
+        host: str,
+        pid: int,
+        started_at: datetime,
+        oldest_turn_at: Any = None,
+        runs: list[dict[str, Any]] | None = None,
     ) -> None:
         """Say this process is alive (its row comes back if a reaper took it for dead)."""
         now = timezone.now()
-        if not cls.objects.filter(name=name).update(beat_at=now, oldest_turn_at=oldest_turn_at):
+        fields = {"beat_at": now, "oldest_turn_at": oldest_turn_at, "runs": runs or []}
+        if not cls.objects.filter(name=name).update(**fields):
             cls.objects.update_or_create(
                 name=name,
-                defaults={
-                    "host": host[:255],
-                    "pid": pid,
-                    "started_at": started_at,
-                    "beat_at": now,
-                    "oldest_turn_at": oldest_turn_at,
-                },
+                defaults={"host": host[:255], "pid": pid, "started_at": started_at, **fields},
             )
 
     def turns_since(self, margin: timedelta) -> datetime:

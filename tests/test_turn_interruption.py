@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,10 +25,11 @@ from django.test import override_settings
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from assistant import liveness
 from assistant.chat import start_turn
 from assistant.checks import check_turn_liveness
 from assistant.liveness import areap_interrupted_turns, reap_interrupted_turns, reply_id
-from assistant.models import AuditEntry, Message, ServerProcess
+from assistant.models import AuditEntry, Conversation, Message, PendingAction, ServerProcess
 from tests.clients import API
 from tests.conftest import REDIS_URL
 from tests.openai_peer import LONGEST_STALL, Peer, Reply, call, tool_calls
@@ -43,6 +45,8 @@ from tests.test_channel_layers import (
     ws_connect,
     ws_send,
 )
+from tests.test_websocket import request_cancel_order
+from tests.testapp.models import Order
 
 ROOT = Path(__file__).resolve().parent.parent
 STALE_AFTER = 2.0  # the servers' TURN_STALE_AFTER (heartbeats every 0.5 s)
@@ -169,6 +173,94 @@ def test_the_command_closes_them_and_counts(plain_user):
 def test_the_command_refuses_a_silence_that_is_not_positive():
     with pytest.raises(CommandError, match="--stale-after must be a positive number"):
         call_command("assistant_reap_turns", "--stale-after", "0")
+
+
+@pytest.mark.django_db
+def test_a_run_with_no_message_of_its_own_named_in_the_last_beat_is_closed_too(plain_user):
+    # answering an action: the run stores no message when it starts, only its reply at the end
+    conversation = Conversation.objects.create(user=plain_user, title="orders")
+    started = timezone.now()
+    confirmed = AuditEntry.objects.create(
+        user=plain_user, operation="cancel_order", decision="confirmed", conversation=conversation
+    )
+    run = {"conversation": str(conversation.pk), "run": "run-7", "reply": str(uuid.uuid4())}
+    dead = process("dead", silent_for=600)
+    ServerProcess.objects.filter(pk=dead.pk).update(runs=[{**run, "started_at": started}])
+    out = StringIO()
+
+    call_command("assistant_reap_turns", stdout=out)
+
+    [reply] = Message.objects.filter(conversation=conversation)
+    assert (str(reply.pk), reply.role, reply.status) == (run["reply"], "assistant", "interrupted")
+    assert [(c["operation"], c["audit_id"]) for c in reply.tool_calls] == [
+        ("cancel_order", confirmed.pk)
+    ]
+    assert out.getvalue().splitlines()[0] == (
+        f"Closed as interrupted: run run-7 in conversation {conversation.pk} (process web-1:4242)"
+    )
+    assert reap_interrupted_turns() == []
+
+
+class Noted(dict):
+    """A beater's registry that remembers everything ever put in it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.noted: list[Any] = []
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.noted.append(value)
+        super().__setitem__(key, value)
+
+
+@pytest.fixture
+def beater(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """This process's heartbeat on, as a beater whose thread is never started (the test beats)."""
+    settings.ASSISTANT = {**settings.ASSISTANT, "TURN_HEARTBEAT": 5.0}
+    fake = liveness._Beater()
+    fake.turns, fake.runs = Noted(), Noted()
+    monkeypatch.setattr(liveness, "_beater", fake)
+    monkeypatch.setattr(liveness, "_beating", lambda wait: fake)
+    return fake
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_process_names_each_turn_while_it_runs_and_forgets_it_after(
+    open_socket, clerk, beater
+):
+    order = await Order.objects.acreate(reference="ORD-1")
+    socket = await open_socket(clerk)
+    asked = await request_cancel_order(socket, order)  # a turn of a message
+    action = await PendingAction.objects.aget()
+    await socket_send(socket, type="confirm", action=str(action.pk))  # a run of none
+    while (await receive(socket))["type"] != "RUN_FINISHED":
+        pass
+
+    message = await Message.objects.aget(role="user")
+    replies = [m async for m in Message.objects.filter(role="assistant").order_by("created_at")]
+    assert message.process == beater.name  # in its own INSERT
+    assert beater.turns.noted == [message.created_at]
+    assert str(replies[0].pk) == reply_id(message.pk)
+    [run] = beater.runs.noted
+    assert (run["conversation"], run["reply"]) == (asked[0]["threadId"], str(replies[1].pk))
+    assert beater.turns == beater.runs == {}  # both ended
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_beat_stores_the_turns_running_in_one_row_per_process(beater):
+    stored = timezone.now() - timedelta(seconds=40)
+    beater.turns[uuid.uuid4()] = stored
+    beater.runs["run-7"] = {"conversation": "c", "run": "run-7", "reply": "r", "started_at": "t"}
+
+    for _ in range(2):  # (in a thread of its own, as it runs)
+        thread = threading.Thread(target=beater.beat)
+        thread.start()
+        thread.join()
+
+    row = ServerProcess.objects.get()
+    assert (row.name, row.pid, row.oldest_turn_at) == (beater.name, os.getpid(), stored)
+    assert row.runs == [beater.runs["run-7"]]
+    assert timezone.now() - row.beat_at < timedelta(seconds=5)
 
 
 @pytest.mark.parametrize(

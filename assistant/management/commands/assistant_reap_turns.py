@@ -34,7 +34,7 @@ class Command(BaseCommand):
         verb = "Would close" if dry_run else "Closed as interrupted"
         for turn in turns:
             self.stdout.write(
-                f"{verb}: message {turn.message.pk} in conversation "
-                f"{turn.message.conversation_id} (process {turn.process})"
+                f"{verb}: {turn.named} in conversation {turn.conversation_id} "
+                f"(process {turn.process})"
             )
         self.stdout.write(f"{len(turns)} interrupted turn{'s' if len(turns) != 1 else ''}")
