@@ -91,6 +91,8 @@ class _Beater:
             )
         except db.Error:  # (the database is away a moment): a process is dead only when silent long
             logger.warning("A heartbeat of process %s failed; beating on", self.name)
+        except Exception:  # the thread must outlive any one beat: a silent process is reaped
+            logger.exception("A heartbeat of process %s failed; beating on", self.name)
         finally:
             connections.close_all()
 
@@ -204,12 +206,20 @@ def unanswered(process: ServerProcess, stale_after: float) -> list[Message]:
 
 def unanswered_runs(process: ServerProcess) -> list[dict[str, Any]]:
     """The runs with no message of their own ``process`` named in its last beat, unanswered."""
-    runs = [run for run in process.runs if isinstance(run, dict) and run.get("reply")]
+    runs = [run for run in process.runs if isinstance(run, dict) and _is_uuid(run.get("reply"))]
     replies = {str(run["reply"]) for run in runs}
     answered = {
         str(pk) for pk in Message.objects.filter(pk__in=replies).values_list("pk", flat=True)
     }
     return [run for run in runs if str(run["reply"]) not in answered]
+
+
+def _is_uuid(value: Any) -> bool:
+    try:
+        uuid.UUID(str(value))
+    except ValueError:
+        return False
+    return True
 
 
 def audited_calls(conversation: Any, since: datetime) -> list[dict[str, Any]]:
