@@ -17,7 +17,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from . import events
+from . import events, liveness
 from .cancellation import CancellationToken
 from .conf import assistant_settings
 from .confirmation import (
@@ -253,6 +253,7 @@ def start_turn(
     # transaction of its own (no BEGIN and COMMIT round trips).
     new = conversation._state.adding if isinstance(conversation, Conversation) else not conversation
     title = short_title(text) if new and secrets is not None else ""
+    process = liveness.tracking()  # (the turn's process, in the message's own INSERT)
     try:
         with transaction.atomic() if new else nested_savepoint():
             if isinstance(conversation, Conversation):
@@ -264,7 +265,11 @@ def start_turn(
             else:
                 conversation = Conversation.objects.create(user=user, title=title)
             message = Message.objects.create(
-                conversation=conversation, role=Message.Role.USER, text=text, idempotency_key=key
+                conversation=conversation,
+                role=Message.Role.USER,
+                text=text,
+                idempotency_key=key,
+                process=process,
             )
     except IntegrityError:
         if key is not None and Message.objects.filter(idempotency_key=key).exists():
@@ -278,6 +283,7 @@ def start_turn(
             raise
         # A new thread's first two runs at once: the other stored the thread first.
         return start_turn(user, text, stored, idempotency_key)
+    liveness.running(message)
     return conversation, message
 
 
@@ -339,6 +345,8 @@ async def run_started_turn(
     refresh_access(turn.user)  # a long-lived user object reloads what may have changed
     control = loop_state().control
     control.register(turn.thread_id, turn.run_id, turn.cancel)
+    if turn.user_message is None:  # (one with a message is known by its message's row)
+        liveness.running_run(turn.thread_id, turn.run_id, turn.message_id)
     # The user's message is echoed once the planner had the chance to find its secrets.
     await turn.emit(events.run_started(turn.thread_id, turn.run_id))
     status, error, shutdown = Message.Status.COMPLETE, None, False
@@ -365,6 +373,7 @@ async def run_started_turn(
         message = await asyncio.shield(turn.finish(status, error))
     finally:
         control.unregister(turn.thread_id, turn.run_id)
+        liveness.finished(turn.user_message, turn.run_id)
         await turn.publisher.close()
     if shutdown:
         raise asyncio.CancelledError

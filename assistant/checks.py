@@ -417,6 +417,31 @@ def check_planner(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     return errors
 
 
+@register("assistant")
+def check_turn_liveness(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """assistant.E017: a live process's turns are never closed as interrupted between beats."""
+    configured = getattr(settings, "ASSISTANT", {})
+    if not isinstance(configured, dict):
+        return []  # (E001)
+    beat = configured.get("TURN_HEARTBEAT", SETTINGS["TURN_HEARTBEAT"].default)
+    stale = configured.get("TURN_STALE_AFTER", SETTINGS["TURN_STALE_AFTER"].default)
+    if not (
+        SETTINGS["TURN_HEARTBEAT"].accepts(beat) and SETTINGS["TURN_STALE_AFTER"].accepts(stale)
+    ):
+        return []  # (E002)
+    if beat is None or stale > 2 * beat:
+        return []
+    return [
+        Error(
+            f"ASSISTANT['TURN_STALE_AFTER'] ({stale!r} s) must be more than twice "
+            f"ASSISTANT['TURN_HEARTBEAT'] ({beat!r} s).",
+            hint="A process that is alive would be taken for dead between two heartbeats, and "
+            "its turns closed as interrupted; e.g. TURN_HEARTBEAT 5 and TURN_STALE_AFTER 30.",
+            id="assistant.E017",
+        )
+    ]
+
+
 @register("database")
 def check_sql_inspector_roles(
     app_configs: Any = None, databases: Any = None, **kwargs: Any

@@ -324,6 +324,24 @@ SETTINGS: dict[str, Setting] = {
         doc="how often web processes relay job progress to the chat",
         kind=float,
     ),
+    "TURN_HEARTBEAT": Setting(
+        default=5.0,
+        accepts=lambda value: value is None or _number()(value),
+        expected="None or a positive number of seconds",
+        example="5",
+        doc="seconds between the heartbeats of a server process that runs turns, so the turns "
+        "of a process that died are closed as interrupted; None: turns are not tracked",
+        kind=lambda value: None if value is None else float(value),
+    ),
+    "TURN_STALE_AFTER": Setting(
+        default=30.0,
+        accepts=_number(),
+        expected="a positive number of seconds",
+        example="30",
+        doc="silence after which a server process counts as dead and the turns it left "
+        "unanswered are closed as interrupted (several heartbeats)",
+        kind=float,
+    ),
     "EVENT_LOG": Setting(
         default=None,
         accepts=_is_redis_url,

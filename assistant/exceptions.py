@@ -252,6 +252,13 @@ class ReplyNotStored(AssistantError):
     status = 503
 
 
+class TurnInterrupted(AssistantError):
+    """Sorry, this answer was interrupted: the server running it stopped. Your message is saved; please send it again."""
+
+    code = "turn_interrupted"
+    status = 503
+
+
 class InvalidIdempotencyKey(AssistantError, ValueError):
     """An Idempotency-Key is 1 to 200 printable ASCII characters."""
 

@@ -35,6 +35,7 @@ from .cancellation import CancellationToken
 from .compat import task
 from .conf import assistant_settings
 from .exceptions import Cancelled, JobDefinitionError, JobNotFound, WorkerLost
+from .liveness import areap_interrupted_turns
 from .models import Job, Message
 from .registry import ToolResult
 
@@ -326,7 +327,7 @@ class JobRelay:
     Workers only write rows (they may run with no channel layer at all, or another one); while
     sockets are connected, each web process polls for jobs that changed and sends an
     ``assistant.job`` event (and the completion message) to their conversation. It also reaps
-    jobs whose worker went silent.
+    jobs whose worker went silent, and closes the turns of server processes that died.
     """
 
     def __init__(self) -> None:
@@ -346,7 +347,7 @@ class JobRelay:
 
     async def _run(self) -> None:
         since = timezone.now()
-        last_reap = 0.0
+        last_reap = last_turn_reap = 0.0
         loop = asyncio.get_running_loop()
         while self.watchers > 0:
             await asyncio.sleep(assistant_settings.JOB_RELAY_INTERVAL)
@@ -355,6 +356,12 @@ class JobRelay:
                 if loop.time() - last_reap > assistant_settings.JOB_STALE_AFTER / 2:
                     last_reap = loop.time()
                     await sync_to_async(reap_stale_jobs)()
+                # (first at start-up: the turns a process that died left, closed as interrupted)
+                if assistant_settings.TURN_HEARTBEAT is not None and (
+                    loop.time() - last_turn_reap > assistant_settings.TURN_STALE_AFTER / 2
+                ):
+                    last_turn_reap = loop.time()
+                    await areap_interrupted_turns()
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -23,6 +23,7 @@ from .cancellation import CancellationToken
 from .dispatch import CallContext, Decision, DispatchCancelled, Outcome, adispatch, write_audit
 from .exceptions import AssistantError, ReplyNotStored
 from .lifecycle import ToolSession
+from .liveness import reply_id
 from .models import Conversation, Message
 from .redaction import redact_data, redact_text, redacted, sensitive_values, unfinished_secret
 from .registry import ToolRegistry, registry
@@ -188,7 +189,8 @@ class Turn:
         self.cancel = cancel or CancellationToken()
         self.thread_id = str(conversation.pk)
         self.run_id = run_id or uuid.uuid4().hex
-        self.message_id = str(uuid.uuid4())  # the stored assistant message will have this id
+        # the stored assistant message will have this id (a user message's reply: derived from it)
+        self.message_id = str(uuid.uuid4()) if user_message is None else reply_id(user_message.pk)
         self.outcomes: list[Outcome] = []
         self.records: list[dict[str, Any]] = []
         self.interrupts: list[Any] = []

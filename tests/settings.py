@@ -110,6 +110,9 @@ CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"
 ASSISTANT = {
     "RESOURCES": {"orders": "testapp.Order"},
     "THROTTLE_RATE": "10000/min",
+    # No heartbeat thread in the test process (it would write between tests); the server
+    # processes of tests/test_turn_interruption.py beat (tests/crash_settings.py).
+    "TURN_HEARTBEAT": None,
 }
 LOGGING = {
     "version": 1,

@@ -392,7 +392,7 @@
       stamp(node, meta.createdAt);
       node.dataset.complete = "1";
       if (meta.status === "cancelled") markMessage(message.id, "stopped");
-      if (meta.status === "failed") node.classList.add("failed");
+      if (meta.status === "failed" || meta.status === "interrupted") node.classList.add("failed");
     });
     ui.empty.hidden = frame.messages.length > 0;
     render.flush();
