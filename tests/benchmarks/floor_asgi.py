@@ -1,4 +1,5 @@
-"""The example project's ASGI application, plus the floor consumer at ``/ws/floor/``.
+"""The example project's ASGI application, plus the floor consumers at ``/ws/floor/`` and
+``/ws/llm-floor/`` (llm_floor.py: the LLM turn's).
 
 For benchmarks only: it also counts the process's database queries and commits (each commit is
 a transaction's BEGIN and COMMIT round trips), and with ``BENCH_COUNT_LOOP=1`` its event-loop
@@ -22,10 +23,13 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.signals import connection_created
 
 from tests.benchmarks.floor import FloorConsumer
+from tests.benchmarks.llm_floor import LLMFloorConsumer
 
 FLOOR_PATH = "/ws/floor/"
 COUNTS_PATH = "/bench/db/"
 floor = AllowedHostsOriginValidator(AuthMiddlewareStack(FloorConsumer.as_asgi()))
+LLM_FLOOR_PATH = "/ws/llm-floor/"
+llm_floor = AllowedHostsOriginValidator(AuthMiddlewareStack(LLMFloorConsumer.as_asgi()))
 counts = {"queries": 0, "commits": 0}
 _lock = threading.Lock()
 # With BENCH_COUNT_LOOP=1: the event loop's callbacks (a task's step is one) and the thread hops
@@ -85,9 +89,11 @@ BaseDatabaseWrapper._commit = _counted_commit  # type: ignore[method-assign]
 
 
 async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    """The floor's socket at ``FLOOR_PATH``; everything else as the example project serves it."""
+    """The floors' sockets at ``FLOOR_PATH`` and ``LLM_FLOOR_PATH``; everything else as the example project serves it."""
     if scope["type"] == "websocket" and scope["path"] == FLOOR_PATH:
         await floor(scope, receive, send)
+    elif scope["type"] == "websocket" and scope["path"] == LLM_FLOOR_PATH:
+        await llm_floor(scope, receive, send)
     elif scope["type"] == "http" and scope["path"] == COUNTS_PATH:
         body = json.dumps({**counts, "kinds": dict(kinds)}).encode()
         headers = [(b"content-type", b"application/json")]

@@ -115,7 +115,11 @@ APPLICATION_NAME = "assistant-ws-load"  # the server's PostgreSQL sessions (libp
 
 
 def start_server(
-    kind: str, port: int, app: str = "config.asgi:application", switch: float | None = None
+    kind: str,
+    port: int,
+    app: str = "config.asgi:application",
+    switch: float | None = None,
+    application: str = APPLICATION_NAME,
 ) -> subprocess.Popen[bytes]:
     if kind == "uvicorn":
         command = ["-m", "uvicorn", app, "--host", "127.0.0.1"]
@@ -131,7 +135,7 @@ def start_server(
     process = subprocess.Popen(
         [sys.executable, *command],
         cwd=ROOT,
-        env={**server_env(), "PGAPPNAME": APPLICATION_NAME},
+        env={**server_env(), "PGAPPNAME": application},
         stdout=subprocess.DEVNULL,
         stderr=open(os.environ.get("WS_LOAD_SERVER_LOG", os.devnull), "wb"),  # noqa: SIM115
     )
@@ -177,10 +181,11 @@ def connect(url: str, session: str, open_timeout: float, bursts: bool | None = N
     )
 
 
-async def events(ws: Any) -> AsyncIterator[dict[str, Any]]:
-    """The socket's AG-UI events one at a time, whether they come one a message or in bursts."""
+async def events(ws: Any, patience: float = 60) -> AsyncIterator[dict[str, Any]]:
+    """The socket's AG-UI events one at a time, whether they come one a message or in bursts
+    (each within ``patience`` seconds)."""
     while True:
-        data = json.loads(await asyncio.wait_for(ws.recv(), timeout=60))
+        data = json.loads(await asyncio.wait_for(ws.recv(), timeout=patience))
         for event in data if isinstance(data, list) else [data]:
             yield event
 
@@ -265,14 +270,14 @@ async def load(
     return elapsed, latencies, runs, len(failures)
 
 
-def server_connections() -> int:
+def server_connections(application: str = APPLICATION_NAME) -> int:
     """PostgreSQL sessions the server process holds now (its own, by application name)."""
     import psycopg
 
     with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
         row = conn.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
-            [APPLICATION_NAME],
+            [application],
         ).fetchone()
     return int(row[0]) if row else 0
 
