@@ -49,6 +49,13 @@ class Publisher:
             loop = asyncio.get_running_loop()
             self._timer = loop.call_later(assistant_settings.BURST_WINDOW, self._window_ended)
 
+    def flush(self) -> None:
+        """Send what is gathered now, without waiting for its window (the turn is about to wait
+        on the outside world: nothing more would join the burst meanwhile)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._window_ended()
+
     def _window_ended(self) -> None:
         self._timer = None
         self._task = asyncio.ensure_future(self._send_due())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from typing import Any
@@ -10,8 +11,10 @@ from typing import Any
 import openai
 import pytest
 from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
 from django.db import connection
 
+from assistant.broadcast import group_name
 from assistant.chat import NewMessage, launch
 from assistant.conf import assistant_settings
 from assistant.llm_client import shared_async_client
@@ -138,3 +141,24 @@ async def test_turns_on_one_event_loop_share_one_model_client(use_llm: Any) -> N
     assert first is again
     assert other is first  # (the same endpoint, key and timeout: the model is per request)
     assert len(made) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_an_llm_turn_is_seen_started_before_its_model_says_anything(
+    settings: Any, use_llm: Any, plain_user: Any
+) -> None:
+    # A window longer than the model's silence: the first burst would wait for its words.
+    settings.ASSISTANT = {**settings.ASSISTANT, "BURST_WINDOW": 10.0}
+    use_llm(TIMEOUT=10).script(Reply(stall_before=3, deltas=("hi",)))
+    layer = get_channel_layer()
+    channel = await layer.new_channel()
+
+    launched = launch(plain_user, NewMessage(text="hello"), source="websocket")
+    async with launched.start() as conversation:
+        await layer.group_add(group_name(conversation.pk), channel)
+    burst = await asyncio.wait_for(layer.receive(channel), 2)
+
+    assert json.loads(burst["texts"][0])["type"] == "RUN_STARTED"
+    assert launched.task is not None
+    assert not launched.task.done()  # the model has not answered yet
+    await launched.task

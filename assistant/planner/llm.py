@@ -184,6 +184,7 @@ class LLMPlanner:
             await turn.say(delta)
 
         budget = await areserve_call(turn, messages, tools)  # refused: BudgetExceeded
+        turn.publisher.flush()  # (RUN_STARTED and the rest need not wait for the model's words)
         try:
             calls = await stream_reply(
                 client,
