@@ -170,8 +170,12 @@ def same_server(first: str, second: str) -> bool:
 
 
 def _refused(exc: Exception) -> bool:
-    """Whether Redis answered a script with an error (it published nothing: its PUBLISH is the
-    script's last step), rather than the answer getting lost on the way."""
-    from redis.exceptions import ResponseError
+    """Whether the script surely published nothing: Redis answered it with an error (its PUBLISH
+    is its last step), or it was never sent (no connection free in time), rather than the
+    answer getting lost on the way."""
+    from redis.exceptions import ConnectionError, MaxConnectionsError, ResponseError
 
-    return isinstance(exc, ResponseError)
+    if isinstance(exc, ResponseError | MaxConnectionsError):
+        return True
+    # (the blocking pool's wait ran out: "No connection available.")
+    return isinstance(exc, ConnectionError) and isinstance(exc.__cause__, TimeoutError)

@@ -133,6 +133,8 @@ class MemoryEventLog:
 
 
 CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
+POOL_SIZE = 100  # connections to Redis per event loop, at most
+POOL_WAIT = 10.0  # seconds a burst may wait for one
 
 
 def cluster_url(url: str) -> str | None:
@@ -168,7 +170,12 @@ class RedisEventLog:
             if cluster is not None:
                 client = redis.RedisCluster.from_url(cluster)
             else:
-                client = redis.Redis.from_url(self.url)
+                # A burst waits for a free connection rather than failing at once (the default
+                # pool raises MaxConnectionsError past 100: 400 turns at once lost their frames).
+                pool = redis.BlockingConnectionPool.from_url(
+                    self.url, max_connections=POOL_SIZE, timeout=POOL_WAIT
+                )
+                client = redis.Redis.from_pool(pool)
             self._clients[loop] = client
         return client
 

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -192,6 +193,37 @@ async def test_a_lost_answer_to_the_publishing_script_sends_nothing_twice(
     assert carried == []
     assert [m["content"] for m in snapshot["messages"]] == ["ping", "pong for plain"]
     assert "Keeping events for replay failed" in caplog.text
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_burst_that_found_no_redis_connection_free_reaches_the_sockets_through_the_layer(
+    redis_event_log, settings, open_socket, plain_user, monkeypatch
+):
+    """A script never sent (no connection free in time) published nothing: the layer sends the
+    burst, unnumbered (it was lost, when a turn's bursts outnumbered the log's connections)."""
+    from channels.layers import channel_layers
+
+    settings.CHANNEL_LAYERS = {
+        "default": redis_channel_layer_config("pubsub", REDIS_URL, f"test-{uuid.uuid4().hex[:8]}")
+    }
+    channel_layers.backends.clear()
+    settings.ASSISTANT = {**settings.ASSISTANT, "BURST_WINDOW": 60}
+
+    async def no_connection(*args: Any, **kwargs: Any) -> int:
+        raise redis.exceptions.MaxConnectionsError("Too many connections")
+
+    try:
+        carried = count_group_sends(monkeypatch)
+        monkeypatch.setattr(RedisEventLog, "append_many", no_connection)
+        socket = await open_socket(plain_user)
+        await send(socket, type="message", text="ping")
+        frames = await receive_run(socket)
+    finally:
+        channel_layers.backends.clear()
+
+    assert kinds(frames) == PING_RUN
+    assert seqs(frames) == [0] * len(PING_RUN)
+    assert carried == [len(PING_RUN)]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -713,3 +745,20 @@ async def test_the_memory_log_forgets_a_conversation_its_ttl_after_its_last_even
     ]
     again = await log.append_many("quiet", [{"type": "RUN_STARTED"}])
     assert again > first  # numbered above what an open tab last saw
+
+
+async def test_more_bursts_at_once_than_the_log_has_redis_connections_all_wait_their_turn() -> None:
+    log = RedisEventLog(REDIS_URL, keep=100, ttl=60)
+    threads = [str(uuid.uuid4()) for _ in range(300)]  # 400 turns at once lost bursts this way
+    try:
+        numbers = await asyncio.gather(
+            *(log.append_many(thread, [{"type": "RUN_STARTED"}]) for thread in threads)
+        )
+    finally:
+        client = redis.asyncio.Redis.from_url(REDIS_URL)
+        for thread in threads:
+            await client.delete(*RedisEventLog._keys(thread))
+        await client.aclose()
+
+    assert len(numbers) == len(threads)  # (the default pool raised MaxConnectionsError past 100)
+    assert all(number > 0 for number in numbers)
