@@ -739,19 +739,20 @@ def still_signed_in(
     source: str,
     request_ip: str | None,
     client: str = "",
+    operation: str = START_TURN,
 ) -> bool:
     """Whether the credential holds (a turn's first hop: then it is vouched for its first step).
 
-    A lapsed one raises ``CredentialLapsed``, audited ``denied`` once with what was
-    ``requested``, before anything is stored; a deactivated user's turn still runs, for its
-    first step to say so, as it always has.
+    A lapsed one raises ``CredentialLapsed``, audited ``denied`` once as ``operation`` with
+    what was ``requested``, before anything is stored; a deactivated user's turn still runs,
+    for its first step to say so, as it always has.
     """
     lapse = credential.lapse()
     if lapse is None or lapse.code == "account_inactive":
         return lapse is None
     context = CallContext(user=user, source=source, request_ip=request_ip, client=client)
     refused = Outcome(
-        operation=START_TURN,
+        operation=operation,
         decision=Decision.DENIED,
         entities=requested,
         error_summary=lapse.message,

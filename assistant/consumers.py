@@ -349,12 +349,12 @@ class AssistantConsumer(AsyncWebsocketConsumer):
 
     def cancel_job_afresh(self, job_id: Any) -> None:
         """Stop one of the user's jobs, while the socket's session holds."""
-        self.signed_in({"request": "cancel_job", "job": str(job_id)[:100]})
+        self.signed_in("cancel_job", {"job": str(job_id)[:100]})
         _cancel_job(self.user, job_id)
 
     def own_afresh(self, conversation_id: str) -> Conversation:
         """One of the user's conversations read afresh, while the socket's session holds."""
-        self.signed_in({"request": "resume", "conversation": conversation_id[:100]})
+        self.signed_in("resume", {"conversation": conversation_id[:100]})
         return conversation_for(self.user, conversation_id)
 
     async def unwatch(self, thread_id: str) -> None:
@@ -443,8 +443,9 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         await self.send_error(lapse.code, lapse.message)
         await self.close(code=UNAUTHENTICATED)
 
-    def signed_in(self, requested: dict[str, Any]) -> None:
-        """In a frame's sync step: raise ``CredentialLapsed`` (audited) if the session ended."""
+    def signed_in(self, operation: str, requested: dict[str, Any]) -> None:
+        """In a frame's sync step: raise ``CredentialLapsed`` (audited as ``operation``) if the
+        socket's session ended."""
         if self.credential is not None:
             still_signed_in(
                 self.credential,
@@ -452,6 +453,7 @@ class AssistantConsumer(AsyncWebsocketConsumer):
                 requested,
                 source="websocket",
                 request_ip=self.client_ip(),
+                operation=operation,
             )
 
     async def on_cancel(self, content: dict[str, Any]) -> None:

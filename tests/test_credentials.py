@@ -241,6 +241,24 @@ async def test_an_open_socket_whose_session_ended_cannot_confirm_an_action(
     assert not await AuditEntry.objects.filter(decision="confirmed").aexists()
 
 
+@pytest.mark.parametrize("frame", ["resume", "cancel_job"])
+@pytest.mark.django_db(transaction=True)
+async def test_an_open_socket_whose_session_ended_reads_and_cancels_nothing(
+    open_socket, reader, frame
+):
+    browser = await sync_to_async(signed_in)(reader)
+    socket = await open_socket(cookie=cookie_of(browser))
+    await send(socket, type="message", text="ping")
+    thread = (await receive_run(socket))[0]["threadId"]
+
+    await sync_to_async(browser.logout)()
+    await send(socket, type=frame, conversation=thread, job=thread)
+
+    await refused_and_closed(socket)
+    refused = [e async for e in AuditEntry.objects.filter(decision="denied")]
+    assert [(e.operation, e.source) for e in refused] == [(frame, "websocket")]
+
+
 @pytest.mark.django_db(transaction=True)
 async def test_a_session_deleted_while_the_model_thinks_stops_the_sockets_next_tool_call(
     open_socket, use_llm, reader
