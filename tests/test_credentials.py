@@ -16,6 +16,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.sessions.models import Session
 from django.db import connections
 from django.test import Client
+from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -324,3 +325,23 @@ def test_each_check_is_one_query(plain_user, django_assert_num_queries):
     assert [credential.lapse().code for credential in credentials] == ["token_revoked"] * 2 + [
         "session_ended"
     ]
+
+
+@pytest.mark.django_db
+def test_an_oauth_tokens_check_is_one_query_and_names_its_lapse(clerk, django_assert_num_queries):
+    from oauth2_provider.models import get_access_token_model
+
+    from assistant.credentials import Credential
+    from tests.test_mcp_oauth import issue_token
+
+    issue_token(clerk, resource=["http://testserver/assistant/mcp/"])
+    grant = get_access_token_model().objects.get()
+    credential = Credential(kind="oauth", user_id=clerk.pk, token_id=grant.pk)
+
+    with django_assert_num_queries(1):
+        assert credential.lapse() is None
+    grant.expires = timezone.now()
+    grant.save()
+    assert credential.lapse().code == "token_expired"
+    grant.delete()  # (what django-oauth-toolkit's revocation does)
+    assert credential.lapse().code == "token_revoked"
