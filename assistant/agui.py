@@ -51,6 +51,7 @@ from .chat import (
     waiting_actions,
 )
 from .conf import assistant_settings
+from .credentials import Credential
 from .exceptions import AssistantError, InterruptPending, InvalidRunInput
 from .models import Conversation
 from .runner import loop_state
@@ -112,6 +113,7 @@ class AgentView(AssistantAPIView):
             refusal=refusal,
             ceiling=context.ceiling,
             client=context.client,
+            credential=self.credential(),
         )
         response = StreamingHttpResponse(stream.events(), content_type=encoder.get_content_type())
         response["Cache-Control"] = "no-cache"
@@ -260,8 +262,10 @@ class SSERun:
         refusal: AssistantError | None,
         ceiling: Ceiling | None = None,
         client: str = "",
+        credential: Credential | None = None,
     ) -> None:
         self.user = user
+        self.credential = credential
         self.ceiling = ceiling
         self.client = client
         self.wanted = wanted
@@ -294,6 +298,7 @@ class SSERun:
                 listener=self.frames.put_nowait,
                 ceiling=self.ceiling,
                 client=self.client,
+                credential=self.credential,
             ),
         )
         try:

@@ -27,11 +27,13 @@ from .confirmation import (
     recorded,
     withdraw_action,
 )
-from .dispatch import CallContext, Outcome
+from .credentials import Credential
+from .dispatch import CallContext, Decision, Outcome, write_audit
 from .exceptions import (
     ActionNotFound,
     AssistantError,
     ConversationNotFound,
+    CredentialLapsed,
     InvalidIdempotencyKey,
     InvalidMessage,
     InvalidTitle,
@@ -73,6 +75,7 @@ class TurnResult:
     outcomes: list[Outcome] = field(default_factory=list)
     frames: list[dict[str, Any]] = field(default_factory=list)
     run_id: str = ""
+    error: AssistantError | None = None  # what the run failed with, if it did
 
     @property
     def pending_actions(self) -> list[Any]:
@@ -386,6 +389,7 @@ async def run_started_turn(
         outcomes=turn.outcomes,
         frames=turn.frames,
         run_id=turn.run_id,
+        error=error,
     )
 
 
@@ -417,6 +421,7 @@ async def arun_turn(
     idempotency_key: str | None = None,
     ceiling: Ceiling | None = None,
     client: str = "",
+    credential: Credential | None = None,
 ) -> TurnResult:
     """A whole turn: the user's message is stored first, the reply whatever happens.
 
@@ -424,6 +429,8 @@ async def arun_turn(
     and stop when the turn ends. A turn sent again with the same ``idempotency_key`` is not
     run again: the first one is returned as stored. A bearer token's ``ceiling`` bounds both
     the planner's catalog and the turn's calls; ``client`` names the caller in their audit.
+    ``credential``, what signed the request in just now, is confirmed again before every step
+    after the first.
     """
     earlier = await sync_to_async(earlier_turn)(user, idempotency_key)
     if earlier is not None:
@@ -444,7 +451,9 @@ async def arun_turn(
         session=session or new_session(),
         ceiling=ceiling,
         client=client,
+        credential=credential,
     )
+    turn.vouched = credential is not None  # (the request was authenticated just now)
     try:
         return await run_started_turn(turn)
     finally:
@@ -463,6 +472,7 @@ def run_turn(
     idempotency_key: str | None = None,
     ceiling: Ceiling | None = None,
     client: str = "",
+    credential: Credential | None = None,
 ) -> TurnResult:
     """The sync twin of ``arun_turn`` (REST, CLI): the same turn, returned whole."""
     return async_to_sync(arun_turn)(
@@ -475,6 +485,7 @@ def run_turn(
         idempotency_key=idempotency_key,
         ceiling=ceiling,
         client=client,
+        credential=credential,
     )
 
 
@@ -577,6 +588,9 @@ class Run:
     # A check of the transport's (its rate limit), run with the user first in the turn's first
     # sync step, before anything is stored: it raises an AssistantError to refuse the turn.
     admit: Callable[[Any], None] | None = None
+    # What signed the transport's user in: confirmed in the turn's first sync step (a session
+    # that ended refuses the turn there), then before each of the turn's model and tool calls.
+    credential: Credential | None = None
 
 
 def launch(
@@ -634,6 +648,7 @@ async def _in_lane(
                     admit=run.admit,
                     ceiling=run.ceiling,
                     client=run.client,
+                    credential=run.credential,
                 )
             except Exception as exc:
                 launched._stored.set_exception(_refusal(exc, request))
@@ -673,13 +688,17 @@ def _begin(
     admit: Callable[[Any], None] | None = None,
     ceiling: Ceiling | None = None,
     client: str = "",
+    credential: Credential | None = None,
 ) -> Turn:
     hygiene.begin()
     planned = None
+    vouched = credential is not None and still_signed_in(
+        credential, user, _requested(request), source=source, request_ip=request_ip, client=client
+    )
     if admit is not None:
         admit(user)
     if isinstance(request, ActionAnswer):
-        return decision_turn(
+        answering = decision_turn(
             user,
             request.action,
             confirm=request.confirm,
@@ -688,6 +707,8 @@ def _begin(
             source=source,
             session=session,
         )
+        answering.credential, answering.vouched = credential, vouched
+        return answering
     if isinstance(request, Resumption):
         for answer in request.answers:
             action = answerable(
@@ -719,7 +740,9 @@ def _begin(
         run_id=run_id,
         ceiling=ceiling,
         client=client,
+        credential=credential,
     )
+    turn.vouched = vouched
     if isinstance(request, NewMessage | ToolResults):
         turn.client_tools = request.client_tools
     if isinstance(request, ToolResults):
@@ -727,6 +750,49 @@ def _begin(
     if planned is not None:
         turn.planned = planned
     return turn
+
+
+START_TURN = "start_turn"  # how a turn refused before it started is named in the audit trail
+
+
+def still_signed_in(
+    credential: Credential,
+    user: Any,
+    requested: dict[str, Any],
+    *,
+    source: str,
+    request_ip: str | None,
+    client: str = "",
+    operation: str = START_TURN,
+) -> bool:
+    """Whether the credential holds (a turn's first hop: then it is vouched for its first step).
+
+    A lapsed one raises ``CredentialLapsed``, audited ``denied`` once as ``operation`` with
+    what was ``requested``, before anything is stored; a deactivated user's turn still runs,
+    for its first step to say so, as it always has.
+    """
+    lapse = credential.lapse()
+    if lapse is None or lapse.code == "account_inactive":
+        return lapse is None
+    context = CallContext(user=user, source=source, request_ip=request_ip, client=client)
+    refused = Outcome(
+        operation=operation,
+        decision=Decision.DENIED,
+        entities=requested,
+        error_summary=lapse.message,
+    )
+    write_audit(context, refused, domain="assistant")
+    raise lapse
+
+
+def _requested(request: Request) -> dict[str, Any]:
+    """What a refused turn was asked for, as its audit entry names it."""
+    if isinstance(request, ActionAnswer):
+        verb = "confirm" if request.confirm else "reject"
+        return {"request": verb, "action": str(request.action)[:100]}
+    if isinstance(request, Resumption):
+        return {"request": "resume", "actions": [str(a.action)[:100] for a in request.answers]}
+    return {"request": "tool_results" if isinstance(request, ToolResults) else "message"}
 
 
 def _plan_ahead(
@@ -788,14 +854,15 @@ async def answer_action(
 ) -> Outcome:
     """The work of a confirm or reject run: decide through dispatch and stream the outcome."""
     tool_call_id = f"call_{uuid.uuid4().hex[:16]}"
+    context = turn.step_context()
     if confirm:
-        outcome = await aconfirm_action(
-            action_id, reason=reason, phrase=phrase, context=turn.call_context()
-        )
+        outcome = await aconfirm_action(action_id, reason=reason, phrase=phrase, context=context)
     else:
-        outcome = await acancel_action(action_id, reason=reason, context=turn.call_context())
+        outcome = await acancel_action(action_id, reason=reason, context=context)
     await turn.announce_call(tool_call_id, outcome.operation, json.dumps(outcome.entities))
     await turn.record(outcome, tool_call_id)
+    if isinstance(outcome.error, CredentialLapsed):
+        raise outcome.error  # nothing more runs under it (the answer's audit says denied)
     await turn.say(outcome.text)
     return outcome
 

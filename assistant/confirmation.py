@@ -36,6 +36,7 @@ from .dispatch import (
     run_async,
     run_sync,
     runs_in_loop,
+    still_signed_in,
     validate,
     write_audit,
 )
@@ -65,6 +66,7 @@ def authorize_now(call: Call) -> Outcome | None:
 
 # dispatch's decision steps (DECISIONS), with the binding check and access read afresh
 CONFIRMATION: tuple[Step, ...] = (
+    still_signed_in,
     look_up,
     validate,
     still_bound,
@@ -282,8 +284,12 @@ def _cancelled(
 
 
 def unrefusable(call: Call, user: Any) -> Outcome | None:
-    """The ``denied`` outcome of a refusal its answerer may not make after all: a deactivated
-    user's, or a bounded token's beyond its ceiling (it changes things only through its tools)."""
+    """The ``denied`` outcome of a refusal its answerer may not make after all: a run's whose
+    credential lapsed, a deactivated user's, or a bounded token's beyond its ceiling (it changes
+    things only through its tools)."""
+    lapsed = still_signed_in(call)
+    if lapsed is not None:
+        return lapsed
     if not access_for(user).active:
         return call.stop(Decision.DENIED, AccountInactive())
     ceiling, tool = call.context.ceiling, call.tool

@@ -28,14 +28,17 @@ from .chat import (
     check_message,
     conversation_for,
     launch,
+    still_signed_in,
 )
 from .compiled import rows_for
 from .conf import assistant_settings
+from .credentials import Credential, of_session
 from .eventlog import event_log
 from .exceptions import (
     AccountInactive,
     AssistantError,
     ConversationNotFound,
+    CredentialLapsed,
     FrameError,
     FrameNotJSON,
     FrameTooLarge,
@@ -77,6 +80,8 @@ class AssistantConsumer(AsyncWebsocketConsumer):
     bursts = False  # the client asked for bursts as JSON arrays (the BURSTS subprotocol)
     layer_told = False
     connected = False
+    credential: Credential | None = None  # the session that signed the socket in, if one did
+    signed_out = False  # that session ended: told so, closing; no frame is served any more
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         """As channels' own, but a channel layer that cannot be reached closes the socket cleanly.
@@ -161,6 +166,9 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         # The first turn reads the user again (they were read before we listened), and later
         # turns again once permissions change or the reading grows old.
         reread_access(self.user, shared=True)
+        session = self.scope.get("session")
+        if getattr(session, "session_key", None):  # (read already: the user came from it)
+            self.credential = await sync_to_async(of_session)(session, self.user)
         # A chat session begins: its toolsets start in the background (not_ready meanwhile).
         bind_process_session()
         self.tools = new_session()
@@ -196,8 +204,8 @@ class AssistantConsumer(AsyncWebsocketConsumer):
                 await self.tools.cancel()
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
-        if self.too_slow:
-            return  # closing: whatever it asks for now would only be buffered
+        if self.too_slow or self.signed_out:
+            return  # closing: whatever it asks for now would only be buffered, or refused
         try:
             content = self.parse(text_data, bytes_data)
             handler = getattr(self, f"on_{content['type']}", None)
@@ -210,6 +218,8 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         except FrameError as exc:
             logger.info("Refused a websocket frame (%s): %s", exc.code, exc.message)
             await self.send_error(exc.code, exc.message)
+        except CredentialLapsed as exc:
+            await self.sign_out(exc)
         except AssistantError as exc:
             await self.send_error(exc.code, exc.message)
         except Exception:
@@ -337,6 +347,16 @@ class AssistantConsumer(AsyncWebsocketConsumer):
             return known
         return await sync_to_async(conversation_for)(self.user, conversation_id)
 
+    def cancel_job_afresh(self, job_id: Any) -> None:
+        """Stop one of the user's jobs, while the socket's session holds."""
+        self.signed_in("cancel_job", {"job": str(job_id)[:100]})
+        _cancel_job(self.user, job_id)
+
+    def own_afresh(self, conversation_id: str) -> Conversation:
+        """One of the user's conversations read afresh, while the socket's session holds."""
+        self.signed_in("resume", {"conversation": conversation_id[:100]})
+        return conversation_for(self.user, conversation_id)
+
     async def unwatch(self, thread_id: str) -> None:
         """Leave a conversation found gone (deleted from another tab)."""
         if self.watching.pop(thread_id, None) is None:
@@ -379,7 +399,8 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         Every turn a frame starts (message, confirm, reject) is throttled like REST requests,
         inside the turn's first hop: a refused one stores nothing.
         """
-        run = Run(admit=_throttle) if assistant_settings.THROTTLE_RATE is not None else None
+        throttle = _throttle if assistant_settings.THROTTLE_RATE is not None else None
+        run = Run(admit=throttle, credential=self.credential)
         launched = launch(
             self.user,
             request,
@@ -409,8 +430,31 @@ class AssistantConsumer(AsyncWebsocketConsumer):
                     logger.exception("Joining a turn's conversation failed; the turn goes on")
         except Throttled as refused:
             await self.send_error(refused.code, refused.message, retry_after=refused.retry_after)
+        except CredentialLapsed as refused:
+            await self.sign_out(refused)
         except AssistantError as refused:
             await self.send_error(refused.code, refused.message)
+
+    async def sign_out(self, lapse: CredentialLapsed) -> None:
+        """The socket's session ended: say so (its code), then close as unauthenticated."""
+        if self.signed_out:
+            return
+        self.signed_out = True
+        await self.send_error(lapse.code, lapse.message)
+        await self.close(code=UNAUTHENTICATED)
+
+    def signed_in(self, operation: str, requested: dict[str, Any]) -> None:
+        """In a frame's sync step: raise ``CredentialLapsed`` (audited as ``operation``) if the
+        socket's session ended."""
+        if self.credential is not None:
+            still_signed_in(
+                self.credential,
+                self.user,
+                requested,
+                source="websocket",
+                request_ip=self.client_ip(),
+                operation=operation,
+            )
 
     async def on_cancel(self, content: dict[str, Any]) -> None:
         thread_id = content.get("conversation") or self.current
@@ -423,13 +467,13 @@ class AssistantConsumer(AsyncWebsocketConsumer):
 
     async def on_cancel_job(self, content: dict[str, Any]) -> None:
         """Stop one of the user's background jobs (a running one stops at its next check)."""
-        await sync_to_async(_cancel_job)(self.user, self.required(content, "job"))
+        await sync_to_async(self.cancel_job_afresh)(self.required(content, "job"))
 
     async def on_resume(self, content: dict[str, Any]) -> None:
         # Read afresh, not taken from what this socket watches: it may have been deleted since.
         target = str(self.required(content, "conversation"))
         try:
-            conversation = await sync_to_async(conversation_for)(self.user, target)
+            conversation = await sync_to_async(self.own_afresh)(target)
         except ConversationNotFound:
             await self.unwatch(target)
             raise

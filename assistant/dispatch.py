@@ -25,6 +25,7 @@ from django.db import IntegrityError, transaction
 from .approvals import policy_for
 from .cancellation import CancellationToken
 from .conf import assistant_settings
+from .credentials import Credential
 from .exceptions import (
     AssistantError,
     Cancelled,
@@ -87,6 +88,7 @@ class CallContext(NamedTuple):
     site: ToolRegistry = registry
     ceiling: Ceiling | None = None  # a bearer token's: narrower than the user's permissions
     client: str = ""  # who called, for the audit: an MCP client's name and version, a token's name
+    credential: Credential | None = None  # a run's: confirmed still to hold before the call
 
     def but(self, **changes: Any) -> CallContext:
         """This context with some fields changed (a child stop token, the action's conversation)."""
@@ -353,6 +355,13 @@ class Call:
 Step = Callable[[Call], Outcome | None]
 
 
+def still_signed_in(call: Call) -> Outcome | None:
+    """A run's credential still holds (not revoked or expired, the session not ended)."""
+    credential = call.context.credential
+    lapse = credential.lapse() if credential is not None else None
+    return None if lapse is None else call.stop(Decision.DENIED, lapse)
+
+
 def look_up(call: Call) -> Outcome | None:
     """The tool the operation names (unless the caller already found it)."""
     if call.tool is None:
@@ -410,7 +419,7 @@ def authorize_instance(call: Call) -> Outcome | None:
 
 
 # Authorized before validated: a user refused a tool learns nothing of its parameters.
-DECISIONS: tuple[Step, ...] = (look_up, authorize, validate, authorize_instance)
+DECISIONS: tuple[Step, ...] = (still_signed_in, look_up, authorize, validate, authorize_instance)
 
 
 def decide(call: Call, steps: Sequence[Step] = DECISIONS) -> Outcome | None:
@@ -426,7 +435,7 @@ def decides_in_loop(call: Call) -> bool:
     """Whether the decision steps need no database: the access snapshot is fresh, no object,
     and the call is allowed (a refusal may read more of the user's access to explain itself)."""
     tool = call.tool
-    if tool is None or tool.object_check is not None:
+    if tool is None or tool.object_check is not None or call.context.credential is not None:
         return False
     call.access = cached_access(call.context.user)
     return call.access is not None and not denials(call.access, tool)

@@ -105,6 +105,13 @@ class InvalidToken(AssistantError):
     status = 401
 
 
+class CredentialLapsed(AssistantError):
+    """What signed this run in no longer holds; nothing more runs under it: sign in again."""
+
+    code = "credential_lapsed"  # each cause has its own: token_revoked, session_ended, ...
+    status = 401
+
+
 class NotFound(AssistantError, LookupError):
     """Nothing of yours is there."""
 

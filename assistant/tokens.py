@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -53,6 +53,7 @@ class Bearer:
     ceiling: Ceiling | None = None
     token_id: Any = None  # a personal token's or an OAuth access token's primary key
     scopes: frozenset[str] = frozenset()
+    key: str = field(default="", repr=False, compare=False)  # a DRF token's (its primary key)
 
 
 def issue(
@@ -119,7 +120,7 @@ def authenticate_bearer(key: str, *, resource: str | None = None) -> Bearer:
         drf = Token.objects.select_related("user").filter(key=key).first()
         if drf is not None:
             _check_active(drf.user)
-            return Bearer(user=drf.user, kind="drf", name="DRF token")
+            return Bearer(user=drf.user, kind="drf", name="DRF token", key=drf.key)
     from . import oauth
 
     if oauth.enabled():

@@ -20,8 +20,9 @@ from django.db import DatabaseError, transaction
 from . import events
 from .broadcast import Publisher
 from .cancellation import CancellationToken
+from .credentials import Credential
 from .dispatch import CallContext, Decision, DispatchCancelled, Outcome, adispatch, write_audit
-from .exceptions import AssistantError, ReplyNotStored
+from .exceptions import AssistantError, CredentialLapsed, ReplyNotStored
 from .lifecycle import ToolSession
 from .liveness import reply_id
 from .models import Conversation, Message
@@ -35,6 +36,7 @@ TURN_FAILED = (
     "Sorry, something went wrong while answering; your message is saved. Please try again."
 )
 CLIENT_TOOL = "client_tool"  # a stored call's decision: the client's own tool, run by the client
+MODEL_CALL = "llm_call"  # how a refused model call is named in the audit trail (it is no tool)
 
 
 # What a planner will say once its last call is made, by the turn's outcomes (``Turn.call``).
@@ -174,6 +176,7 @@ class Turn:
         session: ToolSession | None = None,
         ceiling: Ceiling | None = None,
         client: str = "",
+        credential: Credential | None = None,
     ) -> None:
         self.user = user
         self.conversation = conversation
@@ -186,6 +189,10 @@ class Turn:
             ceiling  # a bearer token's: its calls and its planner's catalog stay under it
         )
         self.client = client
+        # what signed the run in, confirmed before each model and tool call (``step_context``);
+        # ``vouched``: the turn's first hop confirmed it, for its first step
+        self.credential = credential
+        self.vouched = False
         self.cancel = cancel or CancellationToken()
         self.thread_id = str(conversation.pk)
         self.run_id = run_id or uuid.uuid4().hex
@@ -232,6 +239,19 @@ class Turn:
             ceiling=self.ceiling,
             client=self.client,
         )
+
+    def step_context(self) -> CallContext:
+        """The context of the turn's next step: with its credential, for dispatch to confirm."""
+        if self.vouched:
+            self.vouched = False
+            return self.call_context()
+        return self.call_context()._replace(credential=self.credential)
+
+    async def confirm_credential(self) -> None:
+        """Before a model call: stop the turn (audited once) if its credential no longer holds."""
+        context = self.step_context()
+        if context.credential is not None:
+            await sync_to_async(confirm_step)(context)
 
     async def emit(self, event: Any) -> dict[str, Any]:
         """Queue the event for every socket on the conversation (numbered when it is sent)."""
@@ -361,11 +381,13 @@ class Turn:
             await self.announce_call(tool_call_id, operation, json.dumps(shown))
         then = None if reply is None else functools.partial(self._store_ahead, tool_call_id, reply)
         try:
-            outcome = await adispatch(operation, entities, context=self.call_context(), then=then)
+            outcome = await adispatch(operation, entities, context=self.step_context(), then=then)
         except DispatchCancelled as stopped:
             await asyncio.shield(self.record(stopped.outcome, tool_call_id))
             raise
         await self.record(outcome, tool_call_id)
+        if isinstance(outcome.error, CredentialLapsed):
+            raise outcome.error  # nothing more runs under it (dispatch audited the refusal)
         return outcome
 
     def _remembered(self, outcome: Outcome, tool_call_id: str) -> dict[str, Any]:
@@ -494,7 +516,7 @@ class Turn:
     def _store_ahead(self, tool_call_id: str, reply: Reply, outcome: Outcome) -> None:
         """In the last call's sync hop, once it is audited: store the reply the planner will
         give, and end the lane's hygiene. A stop asked for already leaves it to ``finish``."""
-        if self.cancel.is_cancelled:
+        if self.cancel.is_cancelled or isinstance(outcome.error, CredentialLapsed):
             return
         record = self._remembered(outcome, tool_call_id)
         outcomes = [*self.outcomes, outcome]
@@ -548,6 +570,24 @@ class Turn:
             )
             self.conversation.touch()
         return message
+
+
+def confirm_step(
+    context: CallContext, operation: str = MODEL_CALL, entities: dict[str, Any] | None = None
+) -> None:
+    """Raise ``CredentialLapsed`` (audited ``denied``, once) if the context's credential lapsed."""
+    assert context.credential is not None
+    lapse = context.credential.lapse()
+    if lapse is None:
+        return
+    refused = Outcome(
+        operation=operation,
+        decision=Decision.DENIED,
+        entities=entities or {},
+        error_summary=lapse.message,
+    )
+    write_audit(context, refused, domain="assistant")
+    raise lapse
 
 
 async def _echo_user_message(turn: Turn, message: Message) -> None:

@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
@@ -59,6 +59,9 @@ class Reply:
     then: Literal["done", "stall", "drop"] = "done"
     chunks: tuple[dict[str, Any], ...] | None = None  # played verbatim instead (stream shapes)
     usage: dict[str, int] | None = None  # reported instead of USAGE, when asked for usage
+    # run in the peer's thread as the request arrives, before any answer (what happens
+    # elsewhere while the model thinks: a token revoked, a session ended)
+    meanwhile: Callable[[], None] | None = None
 
     @property
     def finish_reason(self) -> str:
@@ -169,6 +172,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._play(reply, body, peer)
 
     def _play(self, reply: Reply, body: dict[str, Any], peer: Peer) -> None:
+        if reply.meanwhile is not None:
+            reply.meanwhile()
         if reply.stall_before and not peer._sleep(reply.stall_before):
             return
         if reply.error is not None:

@@ -43,10 +43,12 @@ from ..chat import (
     search_conversations,
 )
 from ..confirmation import cancel_action, confirm_action, record_action
+from ..credentials import Credential, of_bearer, of_session
 from ..dispatch import CallContext, Outcome, dispatch
 from ..exceptions import (
     AccountInactive,
     AssistantError,
+    CredentialLapsed,
     InvalidToken,
     SessionRequired,
     UnknownTokenOperations,
@@ -333,6 +335,15 @@ class AssistantAPIView(APIView):
         auth = self.request.auth
         return auth if isinstance(auth, Bearer) else None
 
+    def credential(self) -> Credential | None:
+        """What signed this request in, for a run to confirm again between its steps."""
+        auth = self.request.auth
+        if isinstance(auth, Bearer):
+            return of_bearer(auth)
+        if auth is not None and getattr(auth, "key", None) and getattr(auth, "user_id", None):
+            return Credential(kind="drf", user_id=auth.user_id, key=auth.key)  # a DRF ``Token``
+        return of_session(getattr(self.request._request, "session", None), self.request.user)
+
     def call_context(self, **changes: Any) -> CallContext:
         """The context of the calls this request makes: under its bearer token's ceiling."""
         bearer = self.bearer()
@@ -431,7 +442,14 @@ class MessagesView(AssistantAPIView):
             idempotency_key=request.headers.get("Idempotency-Key"),
             ceiling=context.ceiling,
             client=context.client,
+            credential=self.credential(),
         )
+        if isinstance(turn.error, CredentialLapsed):
+            # it lapsed while the turn ran: the turn stopped there, and is stored as failed
+            body = {**error_body(turn.error.code, turn.error.message)}
+            body["conversation"] = str(turn.conversation.pk)
+            header = self.get_authenticate_header(request)
+            return Response(body, status=turn.error.status, headers={"WWW-Authenticate": header})
         return Response(TurnSerializer(turn).data, status=status.HTTP_201_CREATED)
 
 

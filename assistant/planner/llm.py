@@ -177,6 +177,7 @@ class LLMPlanner:
         tools: list[dict[str, Any]],
     ) -> list[dict[str, str]]:
         """One streamed model call: speak its text, return the tool calls it made."""
+        await turn.confirm_credential()  # a token revoked, a session ended: no more model calls
         text: list[str] = []
 
         async def speak(delta: str) -> None:
