@@ -18,6 +18,7 @@ from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from . import events
+from .bounds import within_deadline
 from .cancellation import CancellationToken
 from .conf import assistant_settings
 from .confirmation import (
@@ -347,7 +348,7 @@ async def run_started_turn(turn: Turn, work: Work | None = None) -> TurnResult:
 
         stop = turn.cancel.add_callback(stop_work)
         try:
-            await task
+            await within_deadline(task)  # TURN_DEADLINE: the whole turn, model calls and tools
         finally:
             stop()
     except asyncio.CancelledError:

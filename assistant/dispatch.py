@@ -23,9 +23,11 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.db import IntegrityError, transaction
 
 from .approvals import policy_for
+from .bounds import kept_instead, too_large
 from .cancellation import CancellationToken
 from .conf import assistant_settings
 from .exceptions import (
+    ArgumentsTooLarge,
     AssistantError,
     Cancelled,
     InvalidEntities,
@@ -409,8 +411,27 @@ def authorize_instance(call: Call) -> Outcome | None:
     return None
 
 
-# Authorized before validated: a user refused a tool learns nothing of its parameters.
-DECISIONS: tuple[Step, ...] = (look_up, authorize, validate, authorize_instance)
+def within_bounds(call: Call) -> Outcome | None:
+    """Arguments larger than a call may bring: refused before anything of them is kept (the
+    audit and the caller get their size, digest and a short preview instead)."""
+    encoded = too_large(call.raw)
+    if encoded is None:
+        return None
+    tool = call.tool or call.context.site.find(call.operation)
+    kept = kept_instead(tool, call.raw, encoded)
+    call.raw = {}
+    operation = call.operation if isinstance(call.operation, str) else ""
+    limit = assistant_settings.MAX_TOOL_ARGUMENT_BYTES
+    outcome = call.stop(
+        Decision.INVALID, ArgumentsTooLarge(len(encoded), limit, operation=operation[:64])
+    )
+    outcome.entities = kept
+    return outcome
+
+
+# Bounded first (nothing of a huge call is copied), then authorized before validated: a user
+# refused a tool learns nothing of its parameters.
+DECISIONS: tuple[Step, ...] = (within_bounds, look_up, authorize, validate, authorize_instance)
 
 
 def decide(call: Call, steps: Sequence[Step] = DECISIONS) -> Outcome | None:
