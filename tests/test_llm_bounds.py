@@ -11,16 +11,21 @@ import time
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
+from channels.layers import get_channel_layer
 from django.test import Client
 from rest_framework.authtoken.models import Token
 
+from assistant.broadcast import group_name
+from assistant.cancellation import CancellationToken
 from assistant.chat import arun_turn, run_turn
+from assistant.checks import check_settings
 from assistant.dispatch import dispatch
 from assistant.eventlog import event_log
-from assistant.models import AuditEntry
+from assistant.models import AuditEntry, Conversation
 from tests.openai_peer import call, endless, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm
+from tests.test_llm_planner import next_frame
 
 pytestmark = pytest.mark.django_db
 
@@ -163,6 +168,24 @@ def test_a_rest_dispatch_over_the_argument_cap_is_a_clear_400(plain_user, settin
     assert size(AuditEntry.objects.get().entities) < 1_000
 
 
+@pytest.mark.django_db(transaction=True)
+async def test_an_mcp_call_over_the_argument_cap_is_an_error_result_and_stores_no_blob(
+    asgi_live_server, reader, settings
+):
+    from tests.mcp_clients import mcp_client
+    from tests.test_mcp import issue
+
+    settings.ASSISTANT = {**settings.ASSISTANT, "MAX_TOOL_ARGUMENT_BYTES": 1_000}
+    async with mcp_client(asgi_live_server, await issue(reader), "2026-07-28") as client:
+        refused = await client.call_tool("echo_types", {"count": 1, "tags": ["z" * 50_000]})
+
+    assert refused.is_error
+    assert refused.structured_content["code"] == "arguments_too_large"
+    entry = await AuditEntry.objects.aget()
+    assert (entry.source, entry.decision) == ("mcp", "invalid")
+    assert size(entry.entities) < 1_000
+
+
 def test_a_sensitive_value_in_an_oversized_argument_is_never_previewed(superuser, settings):
     settings.ASSISTANT = {**settings.ASSISTANT, "MAX_TOOL_ARGUMENT_BYTES": 1_000}
     secret = "hunter2-" + "s" * 2_000
@@ -243,3 +266,52 @@ async def test_the_turn_deadline_holds_for_a_tool_that_runs_on(plain_user, setti
     assert [f["code"] for f in of_type(result, "RUN_ERROR")] == ["turn_deadline"]
     assert result.assistant_message.text.startswith("Working ")
     assert result.assistant_message.status == "failed"
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_stop_still_reaches_a_never_ending_stream_before_the_deadline(
+    use_llm, plain_user, settings
+):
+    peer = use_llm(TIMEOUT=5)
+    settings.ASSISTANT = {**settings.ASSISTANT, "TURN_DEADLINE": 30.0}
+    peer.script(endless("Thinking ", every=0.05))
+    conversation = await Conversation.objects.acreate(user=plain_user, title="stop me")
+    layer = get_channel_layer()
+    watcher = await layer.new_channel()
+    await layer.group_add(group_name(conversation.pk), watcher)
+    cancel = CancellationToken()
+    running = asyncio.ensure_future(
+        arun_turn(plain_user, "think", conversation_id=conversation.pk, cancel=cancel)
+    )
+
+    await next_frame(layer, watcher, lambda frame: frame.get("delta") == "Thinking ")
+    started = time.monotonic()
+    cancel.cancel()
+    async with asyncio.timeout(5):
+        turn = await running
+
+    assert time.monotonic() - started < 1.5
+    (finished,) = of_type(turn, "RUN_FINISHED")
+    assert finished["result"]["status"] == "cancelled"
+    assert not of_type(turn, "RUN_ERROR")
+    assert await sync_to_async(audited)() == []
+    await layer.group_discard(group_name(conversation.pk), watcher)
+
+
+# The bounds are settings, checked
+
+
+@pytest.mark.parametrize(
+    "configured",
+    [
+        {"TURN_DEADLINE": 0},
+        {"MAX_TOOL_ARGUMENT_BYTES": -1},
+        {"LLM": {"MAX_TOOL_CALLS_PER_REPLY": 0}},
+        {"LLM": {"MAX_TOOL_CALLS_PER_TURN": 2.5}},
+        {"LLM": {"MAX_REPLY_CHARS": "lots"}},
+    ],
+)
+def test_a_bound_that_is_not_a_positive_number_is_refused_at_start_up(configured, settings):
+    settings.ASSISTANT = configured
+
+    assert [message.id for message in check_settings()] == ["assistant.E002"]
