@@ -8,6 +8,7 @@ import asyncio
 import hashlib
 import json
 import time
+from types import SimpleNamespace
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
@@ -22,6 +23,7 @@ from assistant.checks import check_settings
 from assistant.dispatch import dispatch
 from assistant.eventlog import event_log
 from assistant.models import AuditEntry, Conversation
+from assistant.planner.llm import StreamedCalls
 from tests.openai_peer import call, endless, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm
@@ -107,6 +109,53 @@ def test_calls_past_the_turns_cap_are_not_run_and_the_model_is_told(use_llm, pla
     assert all(told["code"] == "too_many_tool_calls" for told in refused)
     assert "not run" in refused[0]["text"]
     assert turn.assistant_message.text == "Done."
+
+
+def delta(index=None, id=None, name=None, arguments=None):
+    """One streamed tool-call delta, as the openai client hands it over."""
+    return SimpleNamespace(
+        index=index, id=id, function=SimpleNamespace(name=name, arguments=arguments)
+    )
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        "by index",  # OpenAI: an opening delta per index, then arguments by index
+        "all at index 0",  # Ollama, vLLM: every call at index 0 with its own id
+        "no index",  # Gemini, proxies: index-less deltas, the id on the opening one
+    ],
+)
+def test_calls_past_the_kept_ones_are_counted_whatever_the_stream_shape(shape):
+    calls = StreamedCalls(keep=3)
+    for number in range(10):
+        index = {"by index": number, "all at index 0": 0, "no index": None}[shape]
+        calls.add(delta(index, f"call_{number}", "ping", ""))
+        calls.add(delta(index, None, None, '{"n": '))
+        calls.add(delta(index, None, None, f"{number}}}"))
+
+    kept = calls.finished(prefix="call")
+    assert [(call.id, call.arguments) for call in kept] == [
+        ("call_0", '{"n": 0}'),
+        ("call_1", '{"n": 1}'),
+        ("call_2", '{"n": 2}'),
+    ]
+    assert calls.dropped == 7
+
+
+def test_arguments_past_the_byte_cap_keep_their_digest_and_start_only():
+    calls = StreamedCalls(max_bytes=100)
+    pieces = ['{"tags": ["', "é" * 5_000, '"]}']
+    calls.add(delta(0, "call_big", "echo_types", ""))
+    for piece in pieces:
+        calls.add(delta(0, None, None, piece))
+
+    (call,) = calls.finished(prefix="call")
+    whole = "".join(pieces).encode()
+    assert call.too_large["bytes"] == len(whole)
+    assert call.too_large["sha256"] == hashlib.sha256(whole).hexdigest()
+    assert len(call.arguments) <= 200
+    assert len(json.dumps(call.as_message())) < 500
 
 
 # The bytes of one call's arguments
