@@ -6,7 +6,7 @@ import asyncio
 import hashlib
 import itertools
 import json
-from collections.abc import Awaitable
+from collections.abc import Callable
 from typing import Any
 
 from .conf import assistant_settings
@@ -88,13 +88,25 @@ def _start(value: Any, depth: int = 0) -> Any:
     return value
 
 
-async def within_deadline(work: Awaitable[Any]) -> None:
-    """Await a turn's work; past ``TURN_DEADLINE`` it is cancelled and ``TurnDeadline`` raised."""
+async def within_deadline(work: asyncio.Future[Any], stop: Callable[[], None]) -> None:
+    """Await a turn's work; past ``TURN_DEADLINE`` it is stopped as a Stop stops it (``stop``:
+    the model stream closed, a running call's token fired) and ``TurnDeadline`` raised."""
     seconds: float = assistant_settings.TURN_DEADLINE
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        stop()
+        work.cancel()
+
+    timer = asyncio.get_running_loop().call_later(seconds, expire)
     try:
-        async with asyncio.timeout(seconds) as deadline:
-            await work
-    except TimeoutError:
-        if not deadline.expired():
-            raise
+        await work
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if not expired or (current is not None and current.cancelling()):
+            raise  # a Stop, or this turn's own cancellation (a shutdown)
         raise TurnDeadline(f"Cut short: the turn took longer than {seconds:g} s.") from None
+    finally:
+        timer.cancel()

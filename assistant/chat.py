@@ -348,7 +348,7 @@ async def run_started_turn(turn: Turn, work: Work | None = None) -> TurnResult:
 
         stop = turn.cancel.add_callback(stop_work)
         try:
-            await within_deadline(task)  # TURN_DEADLINE: the whole turn, model calls and tools
+            await within_deadline(task, turn.cancel.cancel)  # TURN_DEADLINE: the whole turn
         finally:
             stop()
     except asyncio.CancelledError:

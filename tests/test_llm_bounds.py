@@ -364,3 +364,21 @@ def test_a_bound_that_is_not_a_positive_number_is_refused_at_start_up(configured
     settings.ASSISTANT = configured
 
     assert [message.id for message in check_settings()] == ["assistant.E002"]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_turn_deadline_stops_a_running_tool_through_its_stop_token(
+    use_llm, plain_user, settings
+):
+    peer = use_llm(TIMEOUT=5)
+    settings.ASSISTANT = {**settings.ASSISTANT, "TURN_DEADLINE": 1.0}
+    peer.script(tool_calls(call("slow_sync", {"seconds": 30})), text("Never asked."))
+
+    started = time.monotonic()
+    async with asyncio.timeout(10):
+        turn = await arun_turn(plain_user, "take your time", source="api")
+
+    assert time.monotonic() - started < 3
+    assert [f["code"] for f in of_type(turn, "RUN_ERROR")] == ["turn_deadline"]
+    assert await sync_to_async(audited)() == [("slow_sync", "cancelled"), ("turn", "over_limit")]
+    assert len(peer.requests) == 1
