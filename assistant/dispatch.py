@@ -1,4 +1,4 @@
-"""The only door into a handler: look up → authorize → validate → ready → gate → run → audit.
+"""The only door into a handler: bound → look up → authorize → validate → ready → gate → run → audit.
 
 The pipeline is written once. Its decision steps (``DECISIONS``) are one ordered sequence that
 dispatch, confirmation (``confirmation.py``), the catalog's availability filter and the evals'
