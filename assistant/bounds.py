@@ -25,7 +25,7 @@ def encoded_arguments(raw: Any) -> bytes:
         return raw.encode("utf-8", "surrogatepass")
     try:
         text = json.dumps(raw, default=str, ensure_ascii=False)
-    except (ValueError, RecursionError):
+    except (TypeError, ValueError, RecursionError):  # keys JSON refuses, cycles, deep nesting
         text = json.dumps(storable(raw), ensure_ascii=False)
     return text.encode("utf-8", "surrogatepass")
 

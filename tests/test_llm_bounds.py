@@ -382,3 +382,19 @@ async def test_the_turn_deadline_stops_a_running_tool_through_its_stop_token(
     assert [f["code"] for f in of_type(turn, "RUN_ERROR")] == ["turn_deadline"]
     assert await sync_to_async(audited)() == [("slow_sync", "cancelled"), ("turn", "over_limit")]
     assert len(peer.requests) == 1
+
+
+@pytest.mark.parametrize(
+    "entities",
+    [
+        {(1, 2): "a tuple key JSON refuses"},
+        {"bytes": b"\x00\xff" * 1_000},
+    ],
+)
+def test_arguments_json_cannot_encode_are_still_measured_not_a_500(entities, plain_user, settings):
+    settings.ASSISTANT = {**settings.ASSISTANT, "MAX_TOOL_ARGUMENT_BYTES": 1_000}
+
+    outcome = dispatch("echo_types", entities, user=plain_user, source="api")
+
+    assert outcome.decision == "invalid"
+    assert size(AuditEntry.objects.get().entities) < 1_000
