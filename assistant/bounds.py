@@ -52,12 +52,10 @@ def summary(size: int, digest: str, shown: str) -> dict[str, Any]:
 
 
 def preview(tool: AssistantTool | None, raw: Any) -> str:
-    """The start of a call's arguments as they may be shown (sensitive and unknown ones redacted).
-
-    Text that is not parsed yet (a model's, as it came) shows only for a tool with no sensitive
-    parameter: a secret in it could not be told apart.
-    """
+    """The start of a call's arguments as they may be shown (sensitive and unknown ones redacted)."""
     if isinstance(raw, str):
+        # Text not parsed yet (a model's, as it came) shows only for a tool with no sensitive
+        # parameter: a secret in it could not be told apart.
         if tool is not None and tool.sensitive_entities:
             return str(assistant_settings.REDACTED)
         return raw[:PREVIEW_CHARS]
