@@ -18,6 +18,7 @@ from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from . import events, liveness
+from .bounds import within_deadline
 from .cancellation import CancellationToken
 from .conf import assistant_settings
 from .confirmation import (
@@ -361,7 +362,7 @@ async def run_started_turn(
 
         stop = turn.cancel.add_callback(stop_work)
         try:
-            await task
+            await within_deadline(task, turn.cancel.cancel)  # TURN_DEADLINE: the whole turn
         finally:
             stop()
     except asyncio.CancelledError:

@@ -264,6 +264,24 @@ SETTINGS: dict[str, Setting] = {
         "the most database connections turns hold at once",
         kind=int,
     ),
+    "TURN_DEADLINE": Setting(
+        default=300.0,
+        accepts=_number(),
+        expected="a positive number of seconds",
+        example="300",
+        doc="wall-clock seconds a whole turn may take, model calls and tools together, any "
+        "planner; past it the turn ends (RUN_ERROR turn_deadline) with its reply stored, cut short",
+        kind=float,
+    ),
+    "MAX_TOOL_ARGUMENT_BYTES": Setting(
+        default=64 * 1024,
+        accepts=_positive_int,
+        expected="a positive integer (bytes)",
+        example="65536",
+        doc="bytes of one tool call's arguments (as JSON), from any caller; a larger call is "
+        "refused (arguments_too_large) and kept only as its sha256 digest and a short preview",
+        kind=int,
+    ),
     "LANE_IDLE_CLOSE": Setting(
         default=10.0,
         accepts=lambda value: value is None or _number(strict=False)(value),
@@ -429,6 +447,31 @@ LLM_SETTINGS: dict[str, Setting] = {
         expected="a positive integer",
         example="5",
         doc="model calls per turn (each may call tools)",
+        kind=int,
+    ),
+    "MAX_TOOL_CALLS_PER_REPLY": Setting(
+        default=16,
+        accepts=_positive_int,
+        expected="a positive integer",
+        example="16",
+        doc="tool calls run from one model reply; the rest are not run, and the model is told",
+        kind=int,
+    ),
+    "MAX_TOOL_CALLS_PER_TURN": Setting(
+        default=48,
+        accepts=_positive_int,
+        expected="a positive integer",
+        example="48",
+        doc="tool calls run in one turn, over all its model calls; the rest are not run",
+        kind=int,
+    ),
+    "MAX_REPLY_CHARS": Setting(
+        default=32_000,
+        accepts=_positive_int,
+        expected="a positive integer",
+        example="32000",
+        doc="characters of reply text the model may stream in one turn; past it the turn ends "
+        "(RUN_ERROR reply_too_long) with the reply stored, cut short",
         kind=int,
     ),
     "MAX_HISTORY": Setting(

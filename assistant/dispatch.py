@@ -1,4 +1,4 @@
-"""The only door into a handler: look up → authorize → validate → ready → gate → run → audit.
+"""The only door into a handler: bound → look up → authorize → validate → ready → gate → run → audit.
 
 The pipeline is written once. Its decision steps (``DECISIONS``) are one ordered sequence that
 dispatch, confirmation (``confirmation.py``), the catalog's availability filter and the evals'
@@ -23,10 +23,12 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.db import IntegrityError, transaction
 
 from .approvals import policy_for
+from .bounds import kept_instead, too_large
 from .cancellation import CancellationToken
 from .conf import assistant_settings
 from .credentials import Credential
 from .exceptions import (
+    ArgumentsTooLarge,
     AssistantError,
     Cancelled,
     InvalidEntities,
@@ -418,8 +420,35 @@ def authorize_instance(call: Call) -> Outcome | None:
     return None
 
 
-# Authorized before validated: a user refused a tool learns nothing of its parameters.
-DECISIONS: tuple[Step, ...] = (still_signed_in, look_up, authorize, validate, authorize_instance)
+def within_bounds(call: Call) -> Outcome | None:
+    """Arguments larger than a call may bring: refused before anything of them is kept (the
+    audit and the caller get their size, digest and a short preview instead)."""
+    encoded = too_large(call.raw)
+    if encoded is None:
+        return None
+    tool = call.tool or call.context.site.find(call.operation)
+    kept = kept_instead(tool, call.raw, encoded)
+    call.raw = {}
+    operation = call.operation if isinstance(call.operation, str) else ""
+    limit = assistant_settings.MAX_TOOL_ARGUMENT_BYTES
+    outcome = call.stop(
+        Decision.INVALID, ArgumentsTooLarge(len(encoded), limit, operation=operation[:64])
+    )
+    outcome.entities = kept
+    return outcome
+
+
+# Bounded first (nothing of a huge call is copied, not even into the audit of a refusal), then
+# the caller's credential; authorized before validated: a user refused a tool learns nothing of
+# its parameters.
+DECISIONS: tuple[Step, ...] = (
+    within_bounds,
+    still_signed_in,
+    look_up,
+    authorize,
+    validate,
+    authorize_instance,
+)
 
 
 def decide(call: Call, steps: Sequence[Step] = DECISIONS) -> Outcome | None:

@@ -292,6 +292,43 @@ class Throttled(AssistantError):
         super().__init__(f"Too many messages; try again{wait}.")
 
 
+class TooManyToolCalls(AssistantError):
+    """The model asked for more tool calls than a reply or a turn may run; the rest were not run."""
+
+    code = "too_many_tool_calls"
+
+
+class ArgumentsTooLarge(InvalidEntities):
+    """A tool call's arguments are larger than a call may bring; it was not run."""
+
+    code = "arguments_too_large"
+
+    def __init__(self, size: int, limit: int, *, operation: str = "") -> None:
+        problem = f"{size:,} bytes, more than the {limit:,} bytes a call may bring"
+        self.errors = {"arguments": problem}
+        what = f"the arguments of {operation}" if operation else "the arguments"
+        AssistantError.__init__(self, f"Not run: {what} are {problem}.")
+
+
+class CutShort(AssistantError):
+    """The turn reached one of its bounds and was ended; its reply is stored as cut short."""
+
+    code = "cut_short"
+
+
+class TurnDeadline(CutShort):
+    """The turn took longer than it may and was stopped."""
+
+    code = "turn_deadline"
+    status = 504
+
+
+class ReplyTooLong(CutShort):
+    """The reply grew longer than a reply may be and was stopped."""
+
+    code = "reply_too_long"
+
+
 class LLMUnavailable(AssistantError):
     """The language model could not be reached or refused the request."""
 

@@ -525,6 +525,7 @@ class AuditEntry(models.Model):
         NOT_READY = "not_ready"
         OVER_BUDGET = "over_budget"
         CLIENT_TOOL = "client_tool"  # the model proposed one of an AG-UI client's own tools
+        OVER_LIMIT = "over_limit"  # a bound refused calls or ended a turn (count, size, time)
 
     id = models.BigAutoField(primary_key=True)
     created_at = models.DateTimeField(default=timezone.now, editable=False)

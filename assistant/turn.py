@@ -18,11 +18,12 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import DatabaseError, transaction
 
 from . import events
+from .bounds import kept_instead, too_large
 from .broadcast import Publisher
 from .cancellation import CancellationToken
 from .credentials import Credential
 from .dispatch import CallContext, Decision, DispatchCancelled, Outcome, adispatch, write_audit
-from .exceptions import AssistantError, CredentialLapsed, ReplyNotStored
+from .exceptions import AssistantError, CredentialLapsed, CutShort, ReplyNotStored
 from .lifecycle import ToolSession
 from .liveness import reply_id
 from .models import Conversation, Message
@@ -37,6 +38,8 @@ TURN_FAILED = (
 )
 CLIENT_TOOL = "client_tool"  # a stored call's decision: the client's own tool, run by the client
 MODEL_CALL = "llm_call"  # how a refused model call is named in the audit trail (it is no tool)
+# How a bound that ended a turn is named in the audit trail (neither is a tool).
+CUT_SHORT_OPERATIONS = {"turn_deadline": "turn", "reply_too_long": "llm_reply"}
 
 
 # What a planner will say once its last call is made, by the turn's outcomes (``Turn.call``).
@@ -377,7 +380,11 @@ class Turn:
         tool_call_id = tool_call_id or f"call_{uuid.uuid4().hex[:16]}"
         self.identify(operation, entities)
         if not announced:
-            shown = redacted(operation, entities, self.site)
+            encoded = too_large(entities)
+            if encoded is None:
+                shown = redacted(operation, entities, self.site)
+            else:  # (dispatch refuses it: only its digest and preview are shown, as stored)
+                shown = kept_instead(self.site.find(operation), entities, encoded)
             await self.announce_call(tool_call_id, operation, json.dumps(shown))
         then = None if reply is None else functools.partial(self._store_ahead, tool_call_id, reply)
         try:
@@ -433,6 +440,8 @@ class Turn:
         """
         held, self._held = self._held, ""
         await self._stream(held)
+        if isinstance(error, CutShort):
+            await self.cut_short(error)
         if status == Message.Status.FAILED and not self._parts:
             self._parts.append(error.message if error else TURN_FAILED)
         await self.show_user_message()
@@ -475,6 +484,22 @@ class Turn:
                 )
             )
         return message
+
+    async def cut_short(self, error: CutShort) -> None:
+        """Say where a bound ended the reply, and audit it (once: the turn ends here)."""
+        if self._parts:
+            await self._stream(f"\n\n({error.message})")
+        ended = Outcome(
+            operation=CUT_SHORT_OPERATIONS.get(error.code, "turn"),
+            decision=Decision.OVER_LIMIT,
+            entities={},
+            error=error,
+            error_summary=f"{error.code}: {error.message}",
+        )
+        try:
+            await sync_to_async(write_audit)(self.call_context(), ended, domain="assistant")
+        except DatabaseError:  # the reply is still stored and the run still ends
+            logger.exception("Auditing the cut-short turn in %s failed", self.thread_id)
 
     async def forget_late_secrets(self) -> None:
         """Redact the stored user message and the replay log with secrets found after the echo."""

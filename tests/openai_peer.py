@@ -56,12 +56,13 @@ class Reply:
     error: dict[str, Any] | None = None
     stall_before: float = 0.0  # seconds before the response headers
     trickle: float = 0.0  # seconds of SSE keep-alive comments before the first chunk
-    then: Literal["done", "stall", "drop"] = "done"
+    then: Literal["done", "stall", "drop", "forever"] = "done"
     chunks: tuple[dict[str, Any], ...] | None = None  # played verbatim instead (stream shapes)
     usage: dict[str, int] | None = None  # reported instead of USAGE, when asked for usage
     # run in the peer's thread as the request arrives, before any answer (what happens
     # elsewhere while the model thinks: a token revoked, a session ended)
     meanwhile: Callable[[], None] | None = None
+    every: float = 0.05  # then="forever": seconds between the words that keep coming
 
     @property
     def finish_reason(self) -> str:
@@ -76,6 +77,11 @@ def text(*deltas: str, then: Literal["done", "stall", "drop"] = "done") -> Reply
 def tool_calls(*calls: ToolCallSpec, said: tuple[str, ...] = ()) -> Reply:
     """Tool calls (after some words, if ``said``), their arguments interleaved by index."""
     return Reply(deltas=said, calls=calls)
+
+
+def endless(*deltas: str, every: float = 0.05) -> Reply:
+    """Streamed words, then one more word every ``every`` seconds for as long as anyone listens."""
+    return Reply(deltas=deltas, then="forever", every=every)
 
 
 def raw(*chunks: dict[str, Any]) -> Reply:
@@ -198,6 +204,11 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.then == "drop":
             self.connection.shutdown(socket.SHUT_RDWR)
             return
+        while reply.then == "forever":  # a never-ending stream: chunks keep coming
+            tick = _chunk(model, {"content": "and "})
+            self._write_chunk(b"data: " + json.dumps(tick).encode() + b"\n\n")
+            if not peer._sleep(reply.every):
+                return
         if reply.then == "stall" and not peer._sleep(LONGEST_STALL):
             return
         self._write_chunk(b"data: [DONE]\n\n")

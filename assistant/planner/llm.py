@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -14,15 +15,17 @@ from asgiref.sync import sync_to_async
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from .. import events
+from ..bounds import PREVIEW_CHARS, summary
 from ..budgets import areserve_call, check_budget
 from ..catalog import get_catalog
 from ..conf import assistant_settings
 from ..dispatch import Outcome
-from ..exceptions import LLMError, LLMUnavailable
+from ..exceptions import LLMError, LLMUnavailable, ReplyTooLong
 from ..llm_client import shared_async_client
 from ..models import Message
 from ..turn import CLIENT_TOOL
 from .keywords import KeywordPlanner
+from .llm_bounds import Tally, within_bounds
 
 if TYPE_CHECKING:
     from ..turn import Turn
@@ -31,6 +34,8 @@ logger = logging.getLogger("assistant.planner.llm")
 RESULT_LIMIT = 4000  # characters of a tool result the model sees; the UI gets everything
 FALLBACK_NOTICE = "The language model is unavailable; I answered with simple keyword matching.\n\n"
 CLIENT_PREFIX = "client__"  # the namespace of an AG-UI client's own tools, as the model sees them
+NAME_LIMIT = 200  # characters of a streamed call's name and id kept (a tool's name has 64)
+DROPPED_TRACKED = 50_000  # calls past the kept ones whose deltas are told apart (then counted)
 
 
 def history(turn: Turn, limit: int) -> list[dict[str, Any]]:
@@ -145,10 +150,12 @@ class LLMPlanner:
         messages += earlier
         if turn.user_message is not None:
             messages.append({"role": "user", "content": turn.user_message.text})
+        tally = Tally()
         for _ in range(config["MAX_STEPS"]):
-            calls = await self.step(turn, client, config, messages, tools)
+            calls = await self.step(turn, client, config, messages, tools, tally)
             if not calls:
                 return
+            calls, refused = within_bounds(config, calls, tally)
             parsed = [_arguments(call["arguments"]) for call in calls]
             for call, arguments in zip(calls, parsed, strict=True):
                 turn.identify(call["name"], arguments)  # before the first call echoes
@@ -164,6 +171,7 @@ class LLMPlanner:
                         "content": result_for_model(outcome),
                     }
                 )
+            await refused.tell(turn, messages)
             if turn.interrupts or turn.client_calls:
                 return  # the run waits for the user's decision, or the client's results
         await turn.say(f"\n\n(I stopped after {config['MAX_STEPS']} steps.)")
@@ -175,19 +183,37 @@ class LLMPlanner:
         config: dict[str, Any],
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]],
-    ) -> list[dict[str, str]]:
-        """One streamed model call: speak its text, return the tool calls it made."""
+        tally: Tally | None = None,
+    ) -> list[dict[str, Any]]:
+        """One streamed model call: speak its text (to ``MAX_REPLY_CHARS`` over the turn),
+        return the tool calls it made (``MAX_TOOL_CALLS_PER_REPLY`` and one more, kept)."""
         await turn.confirm_credential()  # a token revoked, a session ended: no more model calls
+        tally = tally if tally is not None else Tally()
         text: list[str] = []
+        most = config["MAX_REPLY_CHARS"]
 
         async def speak(delta: str) -> None:
+            room = most - tally.chars
+            if len(delta) > room:
+                delta = delta[:room]
+                tally.chars = most
+                text.append(delta)
+                await turn.say(delta)
+                raise ReplyTooLong(
+                    f"Cut short: the reply reached the {most:,} characters a reply may have."
+                )
+            tally.chars += len(delta)
             text.append(delta)
             await turn.say(delta)
 
+        calls = StreamedCalls(
+            keep=config["MAX_TOOL_CALLS_PER_REPLY"] + 1,
+            max_bytes=assistant_settings.MAX_TOOL_ARGUMENT_BYTES,
+        )
         budget = await areserve_call(turn, messages, tools)  # refused: BudgetExceeded
         turn.publisher.flush()  # (RUN_STARTED and the rest need not wait for the model's words)
         try:
-            calls = await stream_reply(
+            await stream_reply(
                 client,
                 config,
                 messages,
@@ -195,11 +221,13 @@ class LLMPlanner:
                 on_text=speak,
                 on_usage=budget.metered(turn.count_usage),
                 max_tokens=budget.reply_tokens,
+                calls=calls,
             )
         finally:
             turn.end_step()
             await budget.asettle("".join(text))  # what it spent, even failed or stopped
         ordered = calls.finished(prefix=f"call_{turn.run_id[:8]}_{len(messages)}")
+        tally.asked = len(ordered) + calls.dropped
         if ordered:
             messages.append(
                 {
@@ -220,10 +248,12 @@ async def stream_reply(
     on_text: Callable[[str], Awaitable[None]],
     on_usage: Callable[[str, dict[str, int] | None], None],
     max_tokens: int | None = None,
+    calls: StreamedCalls | None = None,
 ) -> StreamedCalls:
     """One streamed completion: its words to ``on_text``, its usage to ``on_usage``, its calls
-    merged, its reply capped at ``max_tokens``; any failure of the endpoint is ``LLMUnavailable``."""
-    calls = StreamedCalls()
+    merged (into ``calls``, bounded as it is), its reply capped at ``max_tokens``; any failure
+    of the endpoint is ``LLMUnavailable``."""
+    calls = calls if calls is not None else StreamedCalls()
     try:
         stream = await _open_stream(client, config, messages, tools, max_tokens)
         async for chunk in _bounded(stream, config["TIMEOUT"]):
@@ -254,20 +284,53 @@ class StreamedCall:
     index: int | None
     id: str = ""
     name: str = ""
-    arguments: str = ""
+    arguments: str = ""  # (only their start once they are more than a call may bring)
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. Gemini's extra_content
+    size: int = 0  # bytes of arguments streamed
+    digest: Any = None  # their sha256, once they are more than a call may bring
+    dropped: bool = False  # past the calls a reply may keep: counted, nothing else
+
+    def append(self, piece: str, max_bytes: int | None) -> None:
+        """More of the arguments; past ``max_bytes`` only their digest and start are kept."""
+        if self.dropped or not piece:
+            return
+        encoded = piece.encode("utf-8", "surrogatepass")
+        self.size += len(encoded)
+        if self.digest is not None:
+            self.digest.update(encoded)
+            return
+        self.arguments += piece
+        if max_bytes is not None and self.size > max_bytes:
+            self.digest = hashlib.sha256(self.arguments.encode("utf-8", "surrogatepass"))
+            self.arguments = self.arguments[:PREVIEW_CHARS]
+
+    @property
+    def too_large(self) -> dict[str, Any] | None:
+        """What is kept instead of arguments that are more than a call may bring, if they are."""
+        if self.digest is None:
+            return None
+        return summary(self.size, self.digest.hexdigest(), self.arguments)
 
     def as_message(self) -> dict[str, Any]:
         """The call as the assistant message sent back on the next step (extras included)."""
+        too_large = self.too_large
+        if too_large is not None:
+            too_large = {**too_large, "preview": ""}
+        arguments = self.arguments if too_large is None else json.dumps(too_large)
         return {
             **self.extra,
             "id": self.id,
             "type": "function",
-            "function": {"name": self.name, "arguments": self.arguments},
+            "function": {"name": self.name, "arguments": arguments},
         }
 
-    def as_intent(self) -> dict[str, str]:
-        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+    def as_intent(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "arguments": self.arguments,
+            "too_large": self.too_large,  # (its preview is the arguments' start, unredacted)
+        }
 
 
 class StreamedCalls:
@@ -278,8 +341,12 @@ class StreamedCalls:
     a new one (Gemini, proxies); a delta repeating the full name sets it (llama.cpp).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, keep: int | None = None, max_bytes: int | None = None) -> None:
         self.calls: list[StreamedCall] = []
+        self.keep = keep  # calls kept; the rest are counted in ``dropped``
+        self.max_bytes = max_bytes  # of one call's arguments: past it, their digest and start
+        self.dropped = 0
+        self._last: StreamedCall | None = None
         self._at_index: dict[int, StreamedCall] = {}
         self._by_id: dict[str, StreamedCall] = {}
 
@@ -287,11 +354,15 @@ class StreamedCalls:
         function = getattr(part, "function", None)
         name = (getattr(function, "name", None) or "") if function is not None else ""
         arguments = (getattr(function, "arguments", None) or "") if function is not None else ""
-        call = self._slot(getattr(part, "index", None), getattr(part, "id", None) or "", name)
+        call_id = (getattr(part, "id", None) or "")[:NAME_LIMIT]
+        call = self._slot(getattr(part, "index", None), call_id, name[:NAME_LIMIT])
+        if call.dropped:
+            return
         if name and not (call.name and call.name.endswith(name)):
             # A repeated or growing full name replaces; a genuinely new fragment appends.
             call.name = name if name.startswith(call.name) else call.name + name
-        call.arguments += arguments
+            call.name = call.name[:NAME_LIMIT]
+        call.append(arguments, self.max_bytes)
         extra = getattr(part, "model_extra", None) or {}
         call.extra.update({key: value for key, value in extra.items() if value is not None})
 
@@ -299,15 +370,23 @@ class StreamedCalls:
         if call_id and call_id in self._by_id:
             return self._by_id[call_id]
         current = self._at_index.get(index) if index is not None else None
-        if index is None and not call_id and self.calls and not (name and self.calls[-1].name):
-            current = self.calls[-1]  # an index-less continuation of the last call
+        last = self._last
+        if index is None and not call_id and last is not None and not (name and last.name):
+            current = last  # an index-less continuation of the last call
         if current is not None and not (call_id and current.id and current.id != call_id):
             if call_id and not current.id:
                 current.id = call_id
                 self._by_id[call_id] = current
             return current
         call = StreamedCall(index=index, id=call_id)
-        self.calls.append(call)
+        self._last = call
+        if self.keep is not None and len(self.calls) >= self.keep:
+            call.dropped = True
+            self.dropped += 1
+            if self.dropped > DROPPED_TRACKED:
+                return call  # (counted still; a continuation of it may count again)
+        else:
+            self.calls.append(call)
         if index is not None:
             self._at_index[index] = call
         if call_id:
