@@ -88,6 +88,16 @@ def _with_calls(message: Message, turn: Turn) -> list[dict[str, Any]]:
     return shown
 
 
+def prepare(
+    turn: Turn, config: dict[str, Any]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A turn's first sync step: its turns-a-minute budget (``BudgetExceeded``), then the
+    user's catalog and the conversation's history, in one hop."""
+    check_budget(turn.user, conversation=turn.conversation, source=turn.source)
+    tools = get_catalog(turn.user, session=turn.session, site=turn.site, ceiling=turn.ceiling)
+    return tools, history(turn, config["MAX_HISTORY"])
+
+
 def client_tool_specs(turn: Turn) -> list[dict[str, Any]]:
     """The client's own tools in the model's catalog, under their namespace."""
     return [
@@ -121,11 +131,9 @@ class LLMPlanner:
 
     async def run(self, turn: Turn) -> None:
         config = assistant_settings.llm
-        await sync_to_async(check_budget)(
-            turn.user, conversation=turn.conversation, source=turn.source
-        )
+        tools, earlier = await sync_to_async(prepare)(turn, config)
         try:
-            await self.converse(turn, config)
+            await self.converse(turn, config, tools, earlier)
         except LLMUnavailable as exc:
             if not config["FALLBACK_TO_KEYWORDS"] or turn.text or turn.outcomes:
                 raise
@@ -138,14 +146,16 @@ class LLMPlanner:
             await turn.say(FALLBACK_NOTICE)
             await fallback.run(turn, intents)
 
-    async def converse(self, turn: Turn, config: dict[str, Any]) -> None:
+    async def converse(
+        self,
+        turn: Turn,
+        config: dict[str, Any],
+        tools: list[dict[str, Any]],
+        earlier: list[dict[str, Any]],
+    ) -> None:
         client = shared_async_client(config)  # the event loop's: one connection pool, kept
-        tools = await sync_to_async(get_catalog)(
-            turn.user, session=turn.session, site=turn.site, ceiling=turn.ceiling
-        )
-        tools += client_tool_specs(turn)
+        tools = tools + client_tool_specs(turn)
         own = {CLIENT_PREFIX + tool.name: tool.name for tool in turn.client_tools}
-        earlier = await sync_to_async(history)(turn, config["MAX_HISTORY"])
         messages: list[dict[str, Any]] = [{"role": "system", "content": config["SYSTEM_PROMPT"]}]
         messages += earlier
         if turn.user_message is not None:
