@@ -9,7 +9,9 @@ Each answer is one indexed SELECT (a session kept outside the database is read f
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
+from datetime import UTC
 from importlib import import_module
 from typing import Any, Literal
 
@@ -17,14 +19,18 @@ from django.conf import settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
 from django.contrib.sessions.backends.db import SessionStore as DatabaseSessionStore
 from django.core.exceptions import ValidationError
+from django.db import connections, router
 from django.db.models import Subquery
 from django.utils import timezone
 from django.utils.crypto import constant_time_compare
 
+from .conf import assistant_settings
 from .exceptions import AccountInactive, CredentialLapsed
+from .permissions import credential_generation
 from .tokens import Bearer
 
 Kind = Literal["personal", "drf", "oauth", "local", "session"]
+HELD_MAX = 10_000  # credentials remembered holding, at most (then forgotten all at once)
 SESSION_DATA = "_assistant_session_data"  # the annotation carrying the session row's data
 LAPSES = {
     "token_revoked": "This token was revoked while the run went on; nothing more runs under it.",
@@ -52,7 +58,42 @@ class Credential:
     key: str = field(default="", repr=False)  # a DRF token's key, or the session's key
 
     def lapse(self) -> CredentialLapsed | None:
-        """Why the credential no longer holds, or None while it does (one query)."""
+        """Why the credential no longer holds, or None while it does (one query, unless it was
+        found holding since the last change anywhere to users, sessions or tokens, less than
+        ``ACCESS_MAX_AGE`` seconds ago)."""
+        if self.known_to_hold():
+            return None
+        stamp = (credential_generation(), time.monotonic())  # before reading: conservative
+        found = self.read_lapse()
+        if found is None:
+            if len(_held) >= HELD_MAX:
+                _held.clear()
+                _until.clear()
+            _held[self._identity()] = stamp
+        else:
+            _held.pop(self._identity(), None)
+            _until.pop(self._identity(), None)
+        return found
+
+    def known_to_hold(self) -> bool:
+        """Whether it was found holding since the last change anywhere to users, sessions or
+        tokens (``permissions_changed``, from any process), less than ``ACCESS_MAX_AGE`` ago."""
+        stamp = _held.get(self._identity())
+        if stamp is None:
+            return False
+        generation, read_at = stamp
+        until = _until.get(self._identity())
+        return (
+            generation == credential_generation()
+            and time.monotonic() - read_at < assistant_settings.ACCESS_MAX_AGE
+            and (until is None or until > timezone.now())
+        )
+
+    def _identity(self) -> tuple[Any, ...]:
+        return (self.kind, self.user_id, self.token_id, self.key)
+
+    def read_lapse(self) -> CredentialLapsed | None:
+        """Why the credential no longer holds, or None while it does, read now (one query)."""
         if self.kind == "session":
             return _session_lapse(self)
         if self.kind == "personal":
@@ -64,6 +105,7 @@ class Credential:
                 return lapsed("token_revoked")  # (deleted, or revoked)
             if row[1] is not None and row[1] <= timezone.now():
                 return lapsed("token_expired")
+            _until[self._identity()] = row[1]
             return _inactive(row[2:])
         if self.kind == "oauth":
             from oauth2_provider.models import get_access_token_model
@@ -74,6 +116,7 @@ class Credential:
                 return lapsed("token_revoked")  # (django-oauth-toolkit deletes what it revokes)
             if row[0] <= timezone.now():
                 return lapsed("token_expired")
+            _until[self._identity()] = row[0]
             return _inactive(row[1:])
         if self.kind == "drf":
             from rest_framework.authtoken.models import Token
@@ -131,9 +174,16 @@ def _session_lapse(credential: Credential) -> CredentialLapsed | None:
     user in through a configured backend, and carrying the user's current auth hash."""
     store_class = import_module(settings.SESSION_ENGINE).SessionStore
     users = get_user_model()._default_manager.filter(pk=credential.user_id)
-    if store_class is DatabaseSessionStore or (
+    plain = store_class is DatabaseSessionStore or (
         issubclass(store_class, DatabaseSessionStore) and "load" not in vars(store_class)
-    ):
+    )
+    if plain and _plain_user(users.model):
+        user, data, until = _session_and_user(
+            store_class.get_model_class(), users.model, credential
+        )
+        _until[credential._identity()] = until
+        session = store_class().decode(data) if data else {}
+    elif plain:
         # the row and the user in one SELECT (a cached_db store answers from its cache first)
         rows = store_class.get_model_class()._default_manager.filter(
             session_key=credential.key, expire_date__gt=timezone.now()
@@ -164,3 +214,61 @@ def _session_lapse(credential: Credential) -> CredentialLapsed | None:
         ):
             return lapsed("session_ended")
     return None
+
+
+def _plain_user(model: type[Any]) -> bool:
+    """Whether the user model's session hash is Django's own (of its password alone)."""
+    from django.contrib.auth.base_user import AbstractBaseUser
+
+    return issubclass(model, AbstractBaseUser) and (
+        model.get_session_auth_hash is AbstractBaseUser.get_session_auth_hash
+        and model.get_session_auth_fallback_hash is AbstractBaseUser.get_session_auth_fallback_hash
+    )
+
+
+def _session_and_user(
+    sessions: type[Any], users: type[Any], credential: Credential
+) -> tuple[Any, str | None, Any]:
+    """A stand-in user (its id, password and flag: all a session's check reads) and the session's
+    data, in one SELECT whose SQL is written once per process and database (building it with the
+    ORM cost more than the database spent running it, on every turn)."""
+    alias = router.db_for_read(sessions)
+    connection = connections[alias]
+    sql = _SESSION_SQL.get((alias, sessions, users))
+    if sql is None:
+
+        def column(model: type[Any], name: str) -> str:
+            return connection.ops.quote_name(model._meta.get_field(name).column)
+
+        active = "is_active" in {f.attname for f in users._meta.concrete_fields}
+        sql = _SESSION_SQL[(alias, sessions, users)] = (
+            f"SELECT s.{column(sessions, 'session_data')}, s.{column(sessions, 'expire_date')},"
+            + f" u.{column(users, 'password')}"
+            + (f", u.{column(users, 'is_active')}" if active else "")
+            + f" FROM {connection.ops.quote_name(users._meta.db_table)} u"
+            + f" LEFT JOIN {connection.ops.quote_name(sessions._meta.db_table)} s"
+            + f" ON s.{column(sessions, 'session_key')} = %s"
+            + f" AND s.{column(sessions, 'expire_date')} > %s"
+            + f" WHERE u.{connection.ops.quote_name(users._meta.pk.column)} = %s"
+        )
+    now = connection.ops.adapt_datetimefield_value(timezone.now())
+    key = users._meta.pk.get_db_prep_value(credential.user_id, connection, prepared=False)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [credential.key, now, key])
+        row = cursor.fetchone()
+    if row is None:
+        return None, None, None
+    fields = {"pk": credential.user_id, "password": row[2]}
+    if len(row) > 3:
+        fields["is_active"] = bool(row[3])
+    until = sessions._meta.get_field("expire_date").to_python(row[1]) if row[1] else None
+    if until is not None and timezone.is_naive(until) and settings.USE_TZ:
+        until = timezone.make_aware(until, UTC)
+    return users(**fields), row[0], until
+
+
+_SESSION_SQL: dict[tuple[Any, ...], str] = {}
+
+# Credentials found holding: identity -> (access generation, monotonic time) they were read at.
+_held: dict[tuple[Any, ...], tuple[int, float]] = {}
+_until: dict[tuple[Any, ...], Any] = {}  # and when they expire, where they do

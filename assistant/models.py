@@ -920,6 +920,15 @@ class AccessToken(models.Model):
         )
         if changed:
             self.revoked_at = now
+            # as a save of that field would: runs holding this token learn it (``runner``)
+            models.signals.post_save.send(
+                sender=AccessToken,
+                instance=self,
+                created=False,
+                update_fields=frozenset({"revoked_at"}),
+                raw=False,
+                using=self._state.db or "default",
+            )
         return bool(changed)
 
 

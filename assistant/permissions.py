@@ -405,6 +405,7 @@ def _reload_flags(user: Any) -> None:
 
 
 _generation = 0
+_credential_generation = 0
 
 
 def access_generation() -> int:
@@ -412,10 +413,25 @@ def access_generation() -> int:
     return _generation
 
 
+def credential_generation() -> int:
+    """Bumped whenever users, sessions or tokens change: every credential found holding before
+    is read again (``Credential.known_to_hold``)."""
+    return _credential_generation
+
+
+def credentials_changed() -> None:
+    """Make every credential found holding in this process stale (a session ended, a token
+    revoked), not the access snapshots."""
+    global _credential_generation
+    _credential_generation += 1
+
+
 def access_changed() -> None:
-    """Make every access snapshot in this process stale (the next reading reloads)."""
+    """Make every access snapshot in this process stale (the next reading reloads), and every
+    credential found holding (a user's flags or password changed)."""
     global _generation
     _generation += 1
+    credentials_changed()
     with _shared_lock:
         _shared.clear()
 

@@ -27,7 +27,7 @@ from django.db import close_old_connections, connections, transaction
 from django.db.models.signals import m2m_changed, post_delete, post_save
 
 from .conf import assistant_settings
-from .permissions import USER_FLAGS, access_changed, hearing_news
+from .permissions import USER_FLAGS, access_changed, credentials_changed, hearing_news
 
 if TYPE_CHECKING:
     from .cancellation import CancellationToken
@@ -106,6 +106,10 @@ class Control:
                 if message.get("origin") != process_id():
                     access_changed()
                 continue
+            if message.get("type") == "assistant.credentials":
+                if message.get("origin") != process_id():
+                    credentials_changed()
+                continue
             runs = self._tokens.get(message.get("thread", ""), {})
             for run_id, token in list(runs.items()):
                 if message.get("run") in (None, run_id):
@@ -142,12 +146,13 @@ async def request_stop(thread_id: str, run_id: str | None = None) -> None:
         )
 
 
-def broadcast_access_change() -> None:
-    """Tell the other server processes that permissions changed (a sync caller's twin)."""
+def broadcast_access_change(kind: str = "assistant.access") -> None:
+    """Tell the other server processes that permissions changed (a sync caller's twin), or
+    with ``kind="assistant.credentials"`` that a session ended or a token was revoked."""
     layer = get_channel_layer()
     if layer is None or isinstance(layer, InMemoryChannelLayer):
         return  # no other process to tell
-    message = {"type": "assistant.access", "origin": process_id()}
+    message = {"type": kind, "origin": process_id()}
     try:
         try:
             loop = asyncio.get_running_loop()
@@ -172,8 +177,8 @@ def _on_access_change(sender: Any, **kwargs: Any) -> None:
     if action is not None and not action.startswith("post_"):
         return  # m2m_changed: only once the change is made
     update_fields = kwargs.get("update_fields")
-    if update_fields is not None and not set(update_fields) & set(USER_FLAGS):
-        return  # e.g. a login stamping last_login
+    if update_fields is not None and not set(update_fields) & {*USER_FLAGS, "password"}:
+        return  # e.g. a login stamping last_login (a password ends the user's other sessions)
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Group, Permission
 
@@ -210,6 +215,51 @@ def watch_access_changes() -> None:
             m2m_changed.connect(
                 _on_access_change, sender=through, dispatch_uid=f"assistant.{through}.m2m"
             )
+    watch_credential_changes()
+
+
+def ended_credentials() -> None:
+    """Make every credential found holding stale, in this process and every other one."""
+    credentials_changed()
+    broadcast_access_change("assistant.credentials")
+
+
+def _on_credential_change(sender: Any, **kwargs: Any) -> None:
+    if kwargs.get("created"):
+        return  # a new session or token ends nothing
+    transaction.on_commit(ended_credentials, using=kwargs.get("using"))
+
+
+def watch_credential_changes() -> None:
+    """Make every credential found holding (``Credential.known_to_hold``) stale, in every process,
+    when a session ends (signing out deletes it) or a token is revoked or deleted."""
+    from importlib import import_module
+
+    from django.apps import apps
+    from django.conf import settings
+    from django.contrib.sessions.backends.db import SessionStore
+
+    from .models import AccessToken
+
+    models: list[Any] = [AccessToken]
+    store = import_module(settings.SESSION_ENGINE).SessionStore
+    if issubclass(store, SessionStore):  # (a session in the cache alone ends unseen)
+        models.append(store.get_model_class())
+    if apps.is_installed("rest_framework.authtoken"):
+        models.append(apps.get_model("authtoken", "Token"))
+    if apps.is_installed("oauth2_provider"):
+        from oauth2_provider.models import get_access_token_model
+
+        models.append(get_access_token_model())
+    for model in models:
+        post_delete.connect(
+            _on_credential_change, sender=model, dispatch_uid=f"assistant.{model}.ends"
+        )
+    # a token's revocation is a save (a session's saves are every request's: not watched)
+    post_save.connect(_on_credential_change, sender=AccessToken, dispatch_uid="assistant.revoked")
+    if apps.is_installed("oauth2_provider"):
+        model = get_access_token_model()
+        post_save.connect(_on_credential_change, sender=model, dispatch_uid="assistant.expires")
 
 
 class _Worker:

@@ -253,7 +253,7 @@ class Turn:
     async def confirm_credential(self) -> None:
         """Before a model call: stop the turn (audited once) if its credential no longer holds."""
         context = self.step_context()
-        if context.credential is not None:
+        if context.credential is not None and not context.credential.known_to_hold():
             await sync_to_async(confirm_step)(context)
 
     async def emit(self, event: Any) -> dict[str, Any]:

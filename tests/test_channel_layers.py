@@ -762,3 +762,37 @@ async def test_more_bursts_at_once_than_the_log_has_redis_connections_all_wait_t
 
     assert len(numbers) == len(threads)  # (the default pool raised MaxConnectionsError past 100)
     assert all(number > 0 for number in numbers)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_session_signed_out_in_another_process_ends_its_open_sockets_on_every_server(
+    two_servers, make_user
+):
+    from django.contrib.sessions.models import Session
+
+    make_user("viewer", "testapp.view_order")
+    cookie = session_cookie("viewer")
+    server_a, server_b = two_servers
+
+    async def talk() -> tuple[list[str], list[tuple[str, str]]]:
+        async with ws_connect(server_a, cookie) as a, ws_connect(server_b, cookie) as b:
+            await ws_send(a, type="message", text="list orders")
+            await ws_send(b, type="message", text="list orders")
+            # each server found the session holding: it asks the database no more until told
+            ran = [(await ws_receive_run(a))[-1]["type"], (await ws_receive_run(b))[-1]["type"]]
+            # signed out from a process of its own: the servers hear it over Redis
+            await sync_to_async(lambda: Session.objects.all().delete())()
+            await ws_send(a, type="message", text="list orders")
+            await ws_send(b, type="message", text="list orders")
+            refused = []
+            for ws in (a, b):
+                frame = await ws_receive(ws)
+                refused.append((frame["name"], frame["value"]["code"]))
+            return ran, refused
+
+    ran, refused = asyncio.run(talk())
+
+    assert ran == ["RUN_FINISHED"] * 2
+    assert refused == [("assistant.error", "session_ended")] * 2
+    assert AuditEntry.objects.filter(operation="list_orders", decision="executed").count() == 2
