@@ -455,8 +455,13 @@ class Hygiene:
 
     def end(self) -> None:
         """Called last in the turn's last sync step (else ``on_turn_threads`` does it in a hop of
-        its own)."""
-        close_old_connections()
+        its own): a connection kept for no time (``CONN_MAX_AGE`` 0) closes, as at a request's
+        end. Kept ones are left for the next turn's ``begin``: that thread's connection may not
+        be the one this turn began on, and marking it checked anew would cost its next step a
+        health check (``CONN_HEALTH_CHECKS``), a second one a turn."""
+        for connection in connections.all(initialized_only=True):
+            if connection.settings_dict.get("CONN_MAX_AGE") == 0:
+                connection.close_if_unusable_or_obsolete()
         self.ended = True
 
 
@@ -473,7 +478,7 @@ async def on_turn_threads() -> AsyncIterator[Hygiene]:
             yield hygiene
         finally:
             if not hygiene.ended:
-                await sync_to_async(close_old_connections)()
+                await sync_to_async(hygiene.end)()
 
 
 @asynccontextmanager
