@@ -73,41 +73,51 @@ class FloorConsumer(AsyncWebsocketConsumer):
 
     def store(self, text: str, conversation: Any) -> tuple[Any, Any, Any, dict[str, Any]]:
         """The turn's rows: a new conversation on the first message, then five queries."""
-        from assistant.models import AuditEntry, Conversation, Message
+        from assistant.models import Conversation, Message
 
         if conversation is None:
             conversation = Conversation.objects.create(user=self.user, title=text[:60])
         message = Message.objects.create(conversation=conversation, role="user", text=text)
-        started = time.perf_counter()
-        groups = ", ".join(self.user.groups.values_list("name", flat=True)) or "no groups"
-        answer = f"You are {self.user.get_username()} (user; {groups})."
-        audit = AuditEntry.objects.create(
-            user=self.user,
-            username=self.user.get_username(),
-            operation="whoami",
-            domain="account",
-            risk_level="safe",
-            decision="executed",
-            entities={},
-            duration_ms=(time.perf_counter() - started) * 1000,
-            source="websocket",
-            conversation=conversation,
-        )
         call = {
-            "tool_call_id": f"call_{uuid.uuid4().hex[:16]}",
-            "operation": "whoami",
-            "entities": {},
-            "decision": "executed",
-            "text": answer,
+            **whoami(self.user, conversation, f"call_{uuid.uuid4().hex[:16]}"),
             "code": None,
             "task_id": None,
             "data": None,
-            "audit_id": audit.pk,
             "pending_action": None,
         }
+        answer = call["text"]
         reply = Message.objects.create(
             conversation=conversation, role="assistant", text=answer, tool_calls=[call]
         )
         conversation.updated_at = timezone.now()
         Conversation.objects.filter(pk=conversation.pk).update(updated_at=conversation.updated_at)
         return conversation, message, reply, call
+
+
+def whoami(user: Any, conversation: Any, call_id: str) -> dict[str, Any]:
+    """``whoami`` run the simplest way and its audit entry: the call as the turn records it."""
+    from assistant.models import AuditEntry
+
+    started = time.perf_counter()
+    groups = ", ".join(user.groups.values_list("name", flat=True)) or "no groups"
+    answer = f"You are {user.get_username()} (user; {groups})."
+    audit = AuditEntry.objects.create(
+        user=user,
+        username=user.get_username(),
+        operation="whoami",
+        domain="account",
+        risk_level="safe",
+        decision="executed",
+        entities={},
+        duration_ms=(time.perf_counter() - started) * 1000,
+        source="websocket",
+        conversation=conversation,
+    )
+    return {
+        "tool_call_id": call_id,
+        "operation": "whoami",
+        "entities": {},
+        "decision": "executed",
+        "text": answer,
+        "audit_id": audit.pk,
+    }

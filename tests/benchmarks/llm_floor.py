@@ -23,6 +23,8 @@ from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.utils import timezone
 
+from tests.benchmarks.floor import whoami
+
 WHOAMI = {
     "type": "function",
     "function": {
@@ -188,31 +190,7 @@ class LLMFloorConsumer(AsyncWebsocketConsumer):
 
     def run_tool(self, conversation: Any, call_id: str) -> dict[str, Any]:
         """``whoami`` and its audit entry."""
-        from assistant.models import AuditEntry
-
-        started = time.perf_counter()
-        groups = ", ".join(self.user.groups.values_list("name", flat=True)) or "no groups"
-        answer = f"You are {self.user.get_username()} (user; {groups})."
-        audit = AuditEntry.objects.create(
-            user=self.user,
-            username=self.user.get_username(),
-            operation="whoami",
-            domain="account",
-            risk_level="safe",
-            decision="executed",
-            entities={},
-            duration_ms=(time.perf_counter() - started) * 1000,
-            source="websocket",
-            conversation=conversation,
-        )
-        return {
-            "tool_call_id": call_id,
-            "operation": "whoami",
-            "entities": {},
-            "decision": "executed",
-            "text": answer,
-            "audit_id": audit.pk,
-        }
+        return whoami(self.user, conversation, call_id)
 
     def store_reply(
         self,
