@@ -4,31 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
-
-from ...conf import assistant_settings
 from ...jobs import reap_stale_jobs
+from ._reaping import ReaperCommand
 
 
-class Command(BaseCommand):
+class Command(ReaperCommand):
     help = "Mark failed the running jobs whose worker has not sent a heartbeat for a while."
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument(
-            "--stale-after",
-            type=float,
-            default=None,
-            metavar="SECONDS",
-            help=f"silence that counts as dead (default ASSISTANT['JOB_STALE_AFTER'] = "
-            f"{assistant_settings.JOB_STALE_AFTER:g})",
-        )
-        parser.add_argument("--dry-run", action="store_true", help="list them, change nothing")
+    stale_setting = "JOB_STALE_AFTER"
 
-    def handle(self, *args: Any, stale_after: float | None, dry_run: bool, **options: Any) -> None:
-        if stale_after is not None and stale_after <= 0:
-            from django.core.management.base import CommandError
-
-            raise CommandError("--stale-after must be a positive number of seconds")
+    def handle(self, *args: Any, **options: Any) -> None:
+        stale_after, dry_run = self.stale_after(options), options["dry_run"]
         jobs = reap_stale_jobs(stale_after=stale_after, dry_run=dry_run)
         verb = "Would mark failed" if dry_run else "Marked failed"
         for job in jobs:

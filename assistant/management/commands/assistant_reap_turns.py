@@ -4,32 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
-
-from ...conf import assistant_settings
 from ...liveness import reap_interrupted_turns
+from ._reaping import ReaperCommand
 
 
-class Command(BaseCommand):
+class Command(ReaperCommand):
     help = (
         "Close as interrupted the turns left unanswered by server processes that stopped "
         "beating, and tell their conversations."
     )
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument(
-            "--stale-after",
-            type=float,
-            default=None,
-            metavar="SECONDS",
-            help=f"silence that counts as dead (default ASSISTANT['TURN_STALE_AFTER'] = "
-            f"{assistant_settings.TURN_STALE_AFTER:g})",
-        )
-        parser.add_argument("--dry-run", action="store_true", help="list them, change nothing")
+    stale_setting = "TURN_STALE_AFTER"
 
-    def handle(self, *args: Any, stale_after: float | None, dry_run: bool, **options: Any) -> None:
-        if stale_after is not None and stale_after <= 0:
-            raise CommandError("--stale-after must be a positive number of seconds")
+    def handle(self, *args: Any, **options: Any) -> None:
+        stale_after, dry_run = self.stale_after(options), options["dry_run"]
         turns = reap_interrupted_turns(stale_after=stale_after, dry_run=dry_run)
         verb = "Would close" if dry_run else "Closed as interrupted"
         for turn in turns:
