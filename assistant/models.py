@@ -27,7 +27,7 @@ from .exceptions import (
 )
 from .redaction import redacted
 from .registry import RiskLevel, registry
-from .storable import storable, storable_text
+from .storable import shows_something, storable, storable_text, typed_text
 
 
 class Tool(models.Model):
@@ -421,16 +421,19 @@ class PendingAction(models.Model):
 
     def check_answer(self, user: Any, *, confirm: bool, reason: str = "", phrase: str = "") -> None:
         """Refuse a confirmation its policy would not take (the requester's own two_person one,
-        no reason where one is asked for, a wrong phrase); refusing needs nothing."""
+        no reason where one is asked for, a wrong phrase), both read as ``typed_text``; refusing
+        needs nothing."""
         if not confirm:
             return
         if self.policy == self.Policy.TWO_PERSON and user.pk == self.user_id:
             raise SecondPersonRequired()
-        if self.policy == self.Policy.CONFIRM_WITH_REASON and not reason.strip():
+        if self.policy == self.Policy.CONFIRM_WITH_REASON and not shows_something(
+            typed_text(reason)
+        ):
             raise ReasonRequired()
         if (
             self.confirm_phrase
-            and phrase.strip().casefold() != self.confirm_phrase.strip().casefold()
+            and typed_text(phrase).casefold() != typed_text(self.confirm_phrase).casefold()
         ):
             raise PhraseMismatch(f"Type {self.confirm_phrase!r} to confirm.")
 
@@ -472,7 +475,7 @@ class PendingAction(models.Model):
             status=status,
             decided_at=now,
             decided_by=user,
-            reason=storable_text(reason.strip()),
+            reason=typed_text(reason),
             **action.forgotten(site),
         )
         if claimed:
