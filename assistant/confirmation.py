@@ -40,8 +40,15 @@ from .dispatch import (
     validate,
     write_audit,
 )
-from .exceptions import AccountInactive, ActionExpired, InvalidEntities, OutsideTokenScope
-from .models import PendingAction
+from .exceptions import (
+    AccountInactive,
+    ActionExpired,
+    InvalidEntities,
+    JobNotFound,
+    OutsideTokenScope,
+)
+from .jobs import cancel_job
+from .models import Job, PendingAction
 from .permissions import access_for, reread_access
 from .registry import ToolResult
 from .storable import storable
@@ -346,3 +353,22 @@ def recorded(
     """``record_action`` for a caller that holds a context rather than a request."""
     outcome = Outcome(operation=operation, decision=Decision.EXECUTED, entities=storable(entities))
     return write_audit(context, outcome, domain=domain)
+
+
+def stop_job(job_id: Any, *, context: CallContext) -> Job:
+    """Ask a job to stop for a user who may (its owner, or a holder of ``change_job``), audited
+    ``cancel_job`` as the admin's Cancel is; refused, audited ``denied`` and ``JobNotFound`` raised."""
+    try:
+        job = cancel_job(context.user, job_id)
+    except JobNotFound as exc:
+        refused = Outcome(
+            operation="cancel_job",
+            decision=Decision.DENIED,
+            entities=storable({"job": str(job_id)[:100]}),
+            error=exc,
+            error_summary=exc.message,
+        )
+        write_audit(context, refused, domain="jobs")
+        raise
+    recorded(context, "cancel_job", {"job": str(job.pk)}, domain="jobs")
+    return job
