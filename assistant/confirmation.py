@@ -46,6 +46,7 @@ from .exceptions import (
     InvalidEntities,
     JobNotFound,
     OutsideTokenScope,
+    SecretUnreadable,
 )
 from .jobs import cancel_job
 from .models import Job, PendingAction
@@ -65,18 +66,32 @@ def still_bound(call: Call) -> Outcome | None:
     return None
 
 
+def unsealed(call: Call) -> Outcome | None:
+    """The action's sealed entities read back for its handler; unreadable, it can never run
+    and expires."""
+    assert call.action is not None
+    try:
+        call.raw = call.action.arguments()
+    except SecretUnreadable as exc:
+        call.action = call.action.expire()
+        return call.stop(Decision.EXPIRED, exc)
+    return None
+
+
 def authorize_now(call: Call) -> Outcome | None:
     """A risky moment: the tool check against flags and permissions as they are now."""
     reread_access(call.context.user)
     return authorize(call)
 
 
-# dispatch's decision steps (DECISIONS), with the binding check and access read afresh
+# dispatch's decision steps (DECISIONS), with the binding check, the secrets unsealed and access
+# read afresh
 CONFIRMATION: tuple[Step, ...] = (
     still_signed_in,
     look_up,
-    validate,
     still_bound,
+    unsealed,
+    validate,
     authorize_now,
     authorize_instance,
 )
