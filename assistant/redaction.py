@@ -22,7 +22,7 @@ def redacted_entities(tool: AssistantTool | None, raw: Any) -> dict[str, Any]:
     if not isinstance(raw, dict):
         return {"entities": placeholder}
     visible = {
-        str(name): (value if shown(tool, name) else placeholder) for name, value in raw.items()
+        str(name): (value if may_show(tool, name) else placeholder) for name, value in raw.items()
     }
     stored: dict[str, Any] = storable(visible)
     return stored
@@ -32,10 +32,10 @@ def hidden_entities(tool: AssistantTool | None, raw: Any) -> dict[str, Any]:
     """The entities ``redacted_entities`` blanks, as they are (what a waiting action seals)."""
     if not isinstance(raw, dict):
         return {}
-    return {str(name): value for name, value in raw.items() if not shown(tool, name)}
+    return {str(name): value for name, value in raw.items() if not may_show(tool, name)}
 
 
-def shown(tool: AssistantTool | None, name: Any) -> bool:
+def may_show(tool: AssistantTool | None, name: Any) -> bool:
     """Whether an entity's value may be stored and shown as it is: known and not sensitive."""
     return tool is not None and name in tool.entity_map and name not in tool.sensitive_entities
 

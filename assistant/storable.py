@@ -1,4 +1,5 @@
-"""What any database column accepts: text without NUL or unpaired surrogates, plain finite JSON."""
+"""What any database column accepts: text without NUL or unpaired surrogates, plain finite JSON;
+and what a person typed, as it is checked and kept."""
 
 from __future__ import annotations
 
@@ -32,9 +33,9 @@ def typed_text(text: str) -> str:
     whitespace collapsed to single spaces and stripped."""
     text = unicodedata.normalize("NFKC", storable_text(text))
     kept = "".join(
-        " " if char.isspace() else char
+        char
         for char in text
-        if char.isspace() or not (_invisible(char) or unicodedata.category(char)[0] == "C")
+        if char.isspace() or not (char in INVISIBLE or unicodedata.category(char)[0] == "C")
     )
     return " ".join(kept.split())
 
@@ -42,13 +43,9 @@ def typed_text(text: str) -> str:
 def shows_something(text: str) -> bool:
     """Whether the text holds a character a reader sees (a letter, digit, punctuation, symbol)."""
     return any(
-        unicodedata.category(char)[0] in VISIBLE_CATEGORIES and not _invisible(char)
+        unicodedata.category(char)[0] in VISIBLE_CATEGORIES and char not in INVISIBLE
         for char in text
     )
-
-
-def _invisible(char: str) -> bool:
-    return char in INVISIBLE
 
 
 def storable_text(text: str) -> str:
