@@ -40,8 +40,16 @@ from .dispatch import (
     validate,
     write_audit,
 )
-from .exceptions import AccountInactive, ActionExpired, InvalidEntities, OutsideTokenScope
-from .models import PendingAction
+from .exceptions import (
+    AccountInactive,
+    ActionExpired,
+    InvalidEntities,
+    JobNotFound,
+    OutsideTokenScope,
+    SecretUnreadable,
+)
+from .jobs import cancel_job
+from .models import Job, PendingAction
 from .permissions import access_for, reread_access
 from .registry import ToolResult
 from .storable import storable
@@ -58,18 +66,32 @@ def still_bound(call: Call) -> Outcome | None:
     return None
 
 
+def unsealed(call: Call) -> Outcome | None:
+    """The action's sealed entities read back for its handler; unreadable, it can never run
+    and expires."""
+    assert call.action is not None
+    try:
+        call.raw = call.action.arguments()
+    except SecretUnreadable as exc:
+        call.action = call.action.expire()
+        return call.stop(Decision.EXPIRED, exc)
+    return None
+
+
 def authorize_now(call: Call) -> Outcome | None:
     """A risky moment: the tool check against flags and permissions as they are now."""
     reread_access(call.context.user)
     return authorize(call)
 
 
-# dispatch's decision steps (DECISIONS), with the binding check and access read afresh
+# dispatch's decision steps (DECISIONS), with the binding check, the secrets unsealed and access
+# read afresh
 CONFIRMATION: tuple[Step, ...] = (
     still_signed_in,
     look_up,
-    validate,
     still_bound,
+    unsealed,
+    validate,
     authorize_now,
     authorize_instance,
 )
@@ -346,3 +368,22 @@ def recorded(
     """``record_action`` for a caller that holds a context rather than a request."""
     outcome = Outcome(operation=operation, decision=Decision.EXECUTED, entities=storable(entities))
     return write_audit(context, outcome, domain=domain)
+
+
+def stop_job(job_id: Any, *, context: CallContext) -> Job:
+    """Ask a job to stop for a user who may (its owner, or a holder of ``change_job``), audited
+    ``cancel_job`` as the admin's Cancel is; refused, audited ``denied`` and ``JobNotFound`` raised."""
+    try:
+        job = cancel_job(context.user, job_id)
+    except JobNotFound as exc:
+        refused = Outcome(
+            operation="cancel_job",
+            decision=Decision.DENIED,
+            entities=storable({"job": str(job_id)[:100]}),
+            error=exc,
+            error_summary=exc.message,
+        )
+        write_audit(context, refused, domain="jobs")
+        raise
+    recorded(context, "cancel_job", {"job": str(job.pk)}, domain="jobs")
+    return job

@@ -32,7 +32,9 @@ from .chat import (
 )
 from .compiled import rows_for
 from .conf import assistant_settings
+from .confirmation import stop_job
 from .credentials import Credential, of_session
+from .dispatch import CallContext
 from .eventlog import event_log
 from .exceptions import (
     AccountInactive,
@@ -47,7 +49,7 @@ from .exceptions import (
     Throttled,
     UnknownFrameType,
 )
-from .jobs import cancel_job, job_relay
+from .jobs import job_relay
 from .lifecycle import ToolSession, bind_process_session, new_session
 from .models import Conversation, Message, PendingAction
 from .permissions import access_for, refresh_access, reread_access, session_user_is_inactive
@@ -350,7 +352,9 @@ class AssistantConsumer(AsyncWebsocketConsumer):
     def cancel_job_afresh(self, job_id: Any) -> None:
         """Stop one of the user's jobs, while the socket's session holds."""
         self.signed_in("cancel_job", {"job": str(job_id)[:100]})
-        _cancel_job(self.user, job_id)
+        access_for(self.user)  # a stale user is read again before the permission check
+        context = CallContext(user=self.user, source="websocket", request_ip=self.client_ip())
+        stop_job(job_id, context=context)
 
     def own_afresh(self, conversation_id: str) -> Conversation:
         """One of the user's conversations read afresh, while the socket's session holds."""
@@ -643,8 +647,3 @@ def _throttle(user: Any) -> None:
     refusal = throttled(user)
     if refusal is not None:
         raise refusal
-
-
-def _cancel_job(user: Any, job_id: Any) -> None:
-    access_for(user)  # a stale user is read again before the permission check
-    cancel_job(user, job_id)

@@ -598,6 +598,7 @@ def open_action(call: Call) -> Outcome:
             confirm_phrase=prepared.confirm_phrase if prepared is not None else "",
             policy=approval.policy,
             approver_permission=approval.permission,
+            site=call.context.site,
         )
     except IntegrityError:
         if not _conversation_gone(call.context.conversation):

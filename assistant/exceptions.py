@@ -123,6 +123,13 @@ class ActionNotFound(NotFound):
     """No such pending action is waiting for you."""
 
 
+class SecretUnreadable(AssistantError):
+    """The secret this action was asked with can no longer be read (the server's key changed); ask again."""
+
+    code = "secret_unreadable"
+    status = 410
+
+
 class AlreadyDecided(AssistantError):
     """This action has already been confirmed or cancelled."""
 

@@ -25,9 +25,10 @@ from .exceptions import (
     SecondPersonRequired,
     UnknownOperation,
 )
-from .redaction import redacted
+from .redaction import hidden_entities, redacted, redacted_entities
 from .registry import RiskLevel, registry
-from .storable import storable, storable_text
+from .sealing import seal, unseal
+from .storable import shows_something, storable, storable_text, typed_text
 
 
 class Tool(models.Model):
@@ -271,8 +272,10 @@ class PendingAction(models.Model):
         related_name="pending_actions",
     )
     operation = models.CharField(max_length=64)
-    entities = models.JSONField(default=dict, encoder=DjangoJSONEncoder)
+    entities = models.JSONField(default=dict, encoder=DjangoJSONEncoder)  # sensitive ones redacted
     entities_digest = models.CharField(max_length=64)
+    # the sensitive entities, encrypted (``sealing``) while it waits; emptied once it is decided
+    sealed = models.TextField(blank=True, editable=False)
     summary = models.TextField(blank=True)
     # What will change, as the tool's prepare hook showed it: {"kind": "changes"|"rows"|"list"|"text", ...}
     preview = models.JSONField(null=True, blank=True, encoder=DjangoJSONEncoder)
@@ -322,16 +325,24 @@ class PendingAction(models.Model):
         policy: str = Policy.CONFIRM,
         approver_permission: str = "",
         confirm_phrase: str = "",
+        site: Any = None,
     ) -> PendingAction:
-        now = timezone.now()
+        """Ask: store the call, its sensitive entities sealed (``site`` knows which those are)."""
+        now, pk = timezone.now(), uuid.uuid4()
         cls.objects.owned_by(user).expire_due()  # asking again: the expired ones forget (indexed)
+        tool = (site if site is not None else registry).find(operation)
         entities = storable(entities)
+        secrets = hidden_entities(tool, entities)
+        if secrets:
+            entities = redacted_entities(tool, entities)
         return cls.objects.create(
+            id=pk,
             user=user,
             conversation=conversation,
             operation=operation,
             entities=entities,
             entities_digest=entities_digest(entities),
+            sealed=seal(secrets, bound_to=str(pk)) if secrets else "",
             summary=storable_text(summary),
             preview=storable(preview) if preview is not None else None,
             policy=policy,
@@ -347,6 +358,13 @@ class PendingAction(models.Model):
 
     def is_bound_to(self, entities: dict[str, Any]) -> bool:
         return entities_digest(entities) == self.entities_digest
+
+    def arguments(self) -> dict[str, Any]:
+        """The entities it was asked with, its sealed ones read back (``SecretUnreadable`` if
+        no key reads them)."""
+        if not self.sealed:
+            return dict(self.entities)
+        return {**self.entities, **unseal(self.sealed, bound_to=str(self.pk))}
 
     def shown_entities(self, site: Any = None) -> dict[str, Any]:
         """The entities as they may be shown (sensitive values redacted)."""
@@ -391,9 +409,10 @@ class PendingAction(models.Model):
         }
 
     def forgotten(self, site: Any = None) -> dict[str, Any]:
-        """The fields a decided action keeps: redacted entities (and no digest of the secrets)."""
+        """The fields a decided action keeps: redacted entities (and no digest, no sealed copy of
+        the secrets)."""
         entities = self.shown_entities(site)
-        return {"entities": entities, "entities_digest": entities_digest(entities)}
+        return {"entities": entities, "entities_digest": entities_digest(entities), "sealed": ""}
 
     def may_be_decided_by(self, user: Any) -> bool:
         """Its requester, or for ``two_person`` someone else holding the approver permission."""
@@ -421,16 +440,19 @@ class PendingAction(models.Model):
 
     def check_answer(self, user: Any, *, confirm: bool, reason: str = "", phrase: str = "") -> None:
         """Refuse a confirmation its policy would not take (the requester's own two_person one,
-        no reason where one is asked for, a wrong phrase); refusing needs nothing."""
+        no reason where one is asked for, a wrong phrase), both read as ``typed_text``; refusing
+        needs nothing."""
         if not confirm:
             return
         if self.policy == self.Policy.TWO_PERSON and user.pk == self.user_id:
             raise SecondPersonRequired()
-        if self.policy == self.Policy.CONFIRM_WITH_REASON and not reason.strip():
+        if self.policy == self.Policy.CONFIRM_WITH_REASON and not shows_something(
+            typed_text(reason)
+        ):
             raise ReasonRequired()
         if (
             self.confirm_phrase
-            and phrase.strip().casefold() != self.confirm_phrase.strip().casefold()
+            and typed_text(phrase).casefold() != typed_text(self.confirm_phrase).casefold()
         ):
             raise PhraseMismatch(f"Type {self.confirm_phrase!r} to confirm.")
 
@@ -464,6 +486,14 @@ class PendingAction(models.Model):
         conversation is being deleted (by its user, or by staff). As ``decide``, exactly once."""
         return cls.objects.get(pk=action_id)._moved(user, cls.Status.CANCELLED, reason, site)
 
+    def expire(self) -> PendingAction:
+        """Close it unanswered as ``expired`` (it can no longer run), forgetting its secrets."""
+        type(self).objects.filter(pk=self.pk, status=self.Status.PENDING).update(
+            status=self.Status.EXPIRED, decided_at=timezone.now(), **self.forgotten()
+        )
+        self.refresh_from_db()
+        return self
+
     def _moved(self, user: Any, status: str, reason: str, site: Any) -> PendingAction:
         cls, action, now = type(self), self, timezone.now()
         claimed = cls.objects.filter(
@@ -472,7 +502,7 @@ class PendingAction(models.Model):
             status=status,
             decided_at=now,
             decided_by=user,
-            reason=storable_text(reason.strip()),
+            reason=typed_text(reason),
             **action.forgotten(site),
         )
         if claimed:

@@ -21,14 +21,23 @@ def redacted_entities(tool: AssistantTool | None, raw: Any) -> dict[str, Any]:
     placeholder = assistant_settings.REDACTED
     if not isinstance(raw, dict):
         return {"entities": placeholder}
-    known = tool.entity_map if tool is not None else {}
-    sensitive = tool.sensitive_entities if tool is not None else frozenset()
     visible = {
-        str(name): (value if name in known and name not in sensitive else placeholder)
-        for name, value in raw.items()
+        str(name): (value if may_show(tool, name) else placeholder) for name, value in raw.items()
     }
     stored: dict[str, Any] = storable(visible)
     return stored
+
+
+def hidden_entities(tool: AssistantTool | None, raw: Any) -> dict[str, Any]:
+    """The entities ``redacted_entities`` blanks, as they are (what a waiting action seals)."""
+    if not isinstance(raw, dict):
+        return {}
+    return {str(name): value for name, value in raw.items() if not may_show(tool, name)}
+
+
+def may_show(tool: AssistantTool | None, name: Any) -> bool:
+    """Whether an entity's value may be stored and shown as it is: known and not sensitive."""
+    return tool is not None and name in tool.entity_map and name not in tool.sensitive_entities
 
 
 def redacted(operation: Any, entities: Any, site: ToolRegistry = registry) -> dict[str, Any]:

@@ -1,10 +1,12 @@
-"""What any database column accepts: text without NUL or unpaired surrogates, plain finite JSON."""
+"""What any database column accepts: text without NUL or unpaired surrogates, plain finite JSON;
+and what a person typed, as it is checked and kept."""
 
 from __future__ import annotations
 
 import enum
 import math
 import re
+import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,6 +19,33 @@ MAX_DEPTH = 32  # deeper JSON is refused as input and cut off when stored
 MAX_INTEGER_BITS = 1024  # beyond this an integer cannot round-trip through JSON text cheaply
 
 _ENCODER = DjangoJSONEncoder()
+
+# Drawn as nothing though not format characters: fillers, blank braille, variation selectors, the
+# combining grapheme joiner, Khmer's inherent vowels.
+INVISIBLE = frozenset("\u115f\u1160\u3164\uffa0\u2800\u034f\u17b4\u17b5") | frozenset(
+    map(chr, [*range(0xFE00, 0xFE10), *range(0xE0100, 0xE01F0)])
+)
+VISIBLE_CATEGORIES = frozenset("LNPS")  # letters, numbers, punctuation, symbols
+
+
+def typed_text(text: str) -> str:
+    """What a person typed as it is checked and kept: NFKC, invisible characters dropped,
+    whitespace collapsed to single spaces and stripped."""
+    text = unicodedata.normalize("NFKC", storable_text(text))
+    kept = "".join(
+        char
+        for char in text
+        if char.isspace() or not (char in INVISIBLE or unicodedata.category(char)[0] == "C")
+    )
+    return " ".join(kept.split())
+
+
+def shows_something(text: str) -> bool:
+    """Whether the text holds a character a reader sees (a letter, digit, punctuation, symbol)."""
+    return any(
+        unicodedata.category(char)[0] in VISIBLE_CATEGORIES and char not in INVISIBLE
+        for char in text
+    )
 
 
 def storable_text(text: str) -> str:

@@ -205,6 +205,60 @@ def test_confirm_with_reason_stores_the_reason_on_the_action_and_its_audit(setti
     ]
 
 
+# Reasons that look like something to a program but show nothing to a person reading the audit.
+INVISIBLE_REASONS = {
+    "zero-width space": "\u200b",
+    "invisible separator": "\u2063",
+    "soft hyphen": "\u00ad",
+    "byte order mark": "\ufeff",
+    "bidi controls": "\u202e\u2066\u2069",
+    "hangul filler": "\u3164",
+    "a combining mark alone": "\u0301",
+    "invisible among spaces": " \u200b\u00a0\u2063\t\u3000",
+}
+
+
+@pytest.mark.parametrize("reason", INVISIBLE_REASONS.values(), ids=INVISIBLE_REASONS.keys())
+@pytest.mark.django_db
+def test_confirm_with_reason_refuses_a_reason_with_nothing_visible(settings, clerk, order, reason):
+    policies(settings, guarded="confirm_with_reason")
+    action = ask(clerk, order)
+
+    response = confirm(client_for(clerk), action, reason=reason)
+
+    assert (response.status_code, response.json()["code"]) == (400, "reason_required")
+    assert status_of(action) == "pending"
+    assert approvals(order) == 0
+    assert audit("approve_order") == [("confirmation_requested", "clerk", "")]
+
+
+FULL_WIDTH_CUSTOMER = "\u200b\uff43\uff55\uff53\uff54\uff4f\uff4d\uff45\uff52"  # "customer"
+
+
+@pytest.mark.django_db
+def test_a_reason_is_stored_normalised(settings, clerk, order):
+    policies(settings, guarded="confirm_with_reason")
+    action = ask(clerk, order)
+
+    response = confirm(
+        client_for(clerk), action, reason=FULL_WIDTH_CUSTOMER + "\u00ad \u2063 called\ufeff"
+    )
+
+    assert response.status_code == 200
+    assert PendingAction.objects.get(pk=action.pk).reason == "customer called"
+    assert audit("approve_order")[-1] == ("confirmed", "clerk", "customer called")
+
+
+@pytest.mark.django_db
+def test_a_refusals_reason_is_stored_normalised_too(settings, clerk, order):
+    action = ask(clerk, order)
+
+    assert cancel(client_for(clerk), action, reason="wrong\u200b  order\u2063").status_code == 200
+
+    assert PendingAction.objects.get(pk=action.pk).reason == "wrong order"
+    assert audit("approve_order")[-1] == ("cancelled", "clerk", "wrong order")
+
+
 @pytest.mark.django_db
 def test_a_reason_that_is_not_text_is_a_bad_request(settings, clerk, order):
     policies(settings, guarded="confirm_with_reason")
@@ -270,6 +324,32 @@ def test_the_phrase_is_compared_stripped_and_case_insensitively(clerk, order):
     assert response.status_code == 200
     assert response.json()["decision"] == "confirmed"
     assert approvals(order) == 1
+
+
+@pytest.mark.parametrize(
+    "typed",
+    ["ORD\u200b-1", "\u2063ORD-\u00ad1\ufeff", "\uff2f\uff32\uff24\uff0d\uff11", "\u202eord-1"],
+    ids=["zero-width space", "invisible separator and soft hyphen", "full-width", "bidi control"],
+)
+@pytest.mark.django_db
+def test_the_phrase_is_compared_normalised(clerk, order, typed):
+    action = phrased(clerk, order)
+
+    response = confirm(client_for(clerk), action, phrase=typed)
+
+    assert response.status_code == 200
+    assert response.json()["decision"] == "confirmed"
+    assert approvals(order) == 1
+
+
+@pytest.mark.django_db
+def test_an_invisible_character_does_not_stand_for_a_visible_one(clerk, order):
+    action = phrased(clerk, order)
+
+    response = confirm(client_for(clerk), action, phrase="ORD\u200b1")
+
+    assert (response.status_code, response.json()["code"]) == (400, "phrase_mismatch")
+    assert approvals(order) == 0
 
 
 @pytest.mark.django_db
@@ -540,6 +620,25 @@ async def test_websocket_confirm_with_reason(settings, open_socket, clerk):
         ("confirmation_requested", "clerk", ""),
         ("confirmed", "clerk", "customer called"),
     ]
+
+
+@pytest.mark.parametrize("reason", INVISIBLE_REASONS.values(), ids=INVISIBLE_REASONS.keys())
+@pytest.mark.django_db(transaction=True)
+async def test_websocket_refuses_a_reason_with_nothing_visible(
+    settings, open_socket, clerk, reason
+):
+    policies(settings, guarded="confirm_with_reason")
+    order = await Order.objects.acreate(reference="ORD-1")
+    action = (await adispatch("approve_order", {"order_id": order.pk}, user=clerk)).pending_action
+    socket = await open_socket(clerk)
+    await receive(socket)  # the pending actions, resent on connect
+
+    await send(socket, type="confirm", action=str(action.pk), reason=reason)
+
+    await answered_with_error(socket, "reason_required")
+    assert (await PendingAction.objects.aget()).status == "pending"
+    assert (await Order.objects.aget()).approvals == 0
+    assert await sync_to_async(audit)("approve_order") == [("confirmation_requested", "clerk", "")]
 
 
 @pytest.mark.django_db(transaction=True)

@@ -239,6 +239,8 @@ def test_approve_waits_for_the_typed_phrase_and_a_reason_and_sends_both(
     phrase.fill("ORD-7")
     reason.fill("   ")
     expect(approve).to_be_disabled()
+    reason.fill("\u200b \u2063\u00ad")  # nothing visible: the server would refuse it
+    expect(approve).to_be_disabled()
     reason.fill("customer asked")
     expect(approve).to_be_enabled()
     screenshot(page, "4-typed")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import time
 from collections.abc import Callable
@@ -11,7 +12,8 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
-from assistant.models import Conversation, Job, Message
+from assistant.models import AuditEntry, Conversation, Job, Message
+from tests.clients import API, client_for
 from tests.race_jobs import workers as workers  # a fixture
 from tests.sockets import WAIT, Socket
 
@@ -173,6 +175,73 @@ async def test_a_cancel_job_frame_for_a_job_that_is_not_yours_is_refused(
     assert kind(error) == "CUSTOM assistant.error"
     assert error["value"]["code"] == code
     assert await socket.receive_nothing(timeout=0.1)
+    theirs = await Job.objects.aget(pk=theirs.pk)
+    assert (theirs.status, theirs.cancel_requested) == ("queued", False)
+
+
+# -- a cancel is audited alike over the websocket and REST ------------------------------------
+
+AUDITED = ("operation", "domain", "decision", "source", "username", "entities", "error")
+
+
+def cancels() -> list[dict[str, Any]]:
+    return list(AuditEntry.objects.filter(operation="cancel_job").order_by("id").values(*AUDITED))
+
+
+def cancel_over_rest(user: Any, job: Job) -> Any:
+    return client_for(user).post(f"{API}/jobs/{job.pk}/cancel/")
+
+
+async def audited_cancels(count: int) -> list[dict[str, Any]]:
+    """The cancel_job audit entries once there are ``count`` (fails after WAIT seconds)."""
+    deadline = time.monotonic() + WAIT
+    while await AuditEntry.objects.filter(operation="cancel_job").acount() < count:
+        assert time.monotonic() < deadline, "no audit entry for the cancel"
+        await asyncio.sleep(0.02)
+    return await sync_to_async(cancels)()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_cancel_job_frame_is_audited_as_a_rest_cancel_is(open_socket, diagnostician):
+    over_rest = await Job.objects.acreate(operation="start_job", function="f.g", user=diagnostician)
+    over_socket = await Job.objects.acreate(
+        operation="start_job", function="f.g", user=diagnostician
+    )
+    response = await sync_to_async(cancel_over_rest)(diagnostician, over_rest)
+    assert response.status_code == 200
+    socket = await open_socket(diagnostician)
+
+    await socket.send_json_to({"type": "cancel_job", "job": str(over_socket.pk)})
+
+    rest, websocket = await audited_cancels(2)
+    alike = {"operation": "cancel_job", "domain": "jobs", "decision": "executed", "error": ""}
+    alike["username"] = "diagnostician"
+    assert rest == {**alike, "source": "rest", "entities": {"job": str(over_rest.pk)}}
+    assert websocket == {**alike, "source": "websocket", "entities": {"job": str(over_socket.pk)}}
+    over_socket = await Job.objects.aget(pk=over_socket.pk)
+    assert (over_socket.status, over_socket.cancel_requested) == ("cancelled", True)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_refused_cancel_is_audited_as_denied_and_changes_nothing(
+    open_socket, diagnostician, make_user
+):
+    other = await sync_to_async(make_user)("other", "assistant.diagnostics_run")
+    theirs = await Job.objects.acreate(operation="start_job", function="f.g", user=other)
+    response = await sync_to_async(cancel_over_rest)(diagnostician, theirs)
+    assert (response.status_code, response.json()["code"]) == (404, "not_found")
+    socket = await open_socket(diagnostician)
+
+    await socket.send_json_to({"type": "cancel_job", "job": str(theirs.pk)})
+
+    error = await socket.receive_json_from(timeout=WAIT)
+    assert (kind(error), error["value"]["code"]) == ("CUSTOM assistant.error", "not_found")
+    rest, websocket = await audited_cancels(2)
+    refused = {"operation": "cancel_job", "domain": "jobs", "decision": "denied"}
+    refused |= {"username": "diagnostician", "entities": {"job": str(theirs.pk)}}
+    assert {**rest, "error": ""} == {**refused, "source": "rest", "error": ""}
+    assert {**websocket, "error": ""} == {**refused, "source": "websocket", "error": ""}
+    assert rest["error"] == websocket["error"] != ""
     theirs = await Job.objects.aget(pk=theirs.pk)
     assert (theirs.status, theirs.cancel_requested) == ("queued", False)
 

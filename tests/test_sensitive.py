@@ -12,6 +12,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.core.serializers.json import DjangoJSONEncoder
+from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
@@ -28,6 +29,7 @@ from tests.conftest import REDIS_URL
 from tests.openai_peer import call, closed_port_url, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixture
 from tests.sockets import WAIT, connect, turns_ended
+from tests.testapp.assistant_tools import ROTATED
 
 SECRET = "Hunter2xq9"
 ASK = f"rotate secret label=wifi secret={SECRET}"
@@ -42,22 +44,16 @@ def leaks(value: Any) -> bool:
 
 
 def rows_with_the_secret() -> dict[str, list[dict[str, Any]]]:
-    """Every stored row holding the secret (a pending action still waiting must keep it)."""
-    waiting = PendingAction.objects.filter(status=PendingAction.Status.PENDING)
+    """Every stored row holding the secret (a waiting pending action holds it sealed)."""
     tables = {
         "conversation": Conversation.objects.values(),
         "message": Message.objects.values(),
-        "decided pending action": PendingAction.objects.exclude(pk__in=waiting).values(),
-        "waiting pending action": waiting.values(*_fields_except(PendingAction, "entities")),
+        "pending action": PendingAction.objects.values(),
         "audit": AuditEntry.objects.values(),
         "job": Job.objects.values(),
     }
     found = {name: [row for row in rows if leaks(row)] for name, rows in tables.items()}
     return {name: rows for name, rows in found.items() if rows}
-
-
-def _fields_except(model: Any, *names: str) -> list[str]:
-    return [f.attname for f in model._meta.concrete_fields if f.name not in names]
 
 
 def staff_pages(conversation: Conversation) -> dict[str, bytes]:
@@ -154,8 +150,110 @@ def _ask(user: Any) -> PendingAction:
     assert response.status_code == 201
     (action,) = response.json()["pending_actions"]
     stored = PendingAction.objects.get(pk=action["id"])
-    assert stored.entities == {"label": "wifi", "secret": SECRET}  # needed until it runs
+    assert stored.entities == {"label": "wifi", "secret": "[redacted]"}
+    assert stored.sealed  # the secret, encrypted until it runs
     return stored
+
+
+def raw_pending_actions() -> list[tuple[Any, ...]]:
+    """Every pending action row as the database holds it, read past the ORM."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT * FROM assistant_pendingaction")
+        return list(cursor.fetchall())
+
+
+@pytest.fixture
+def rotated() -> Any:
+    """What rotate_secret's handler was given."""
+    ROTATED.clear()
+    yield ROTATED
+    ROTATED.clear()
+
+
+# -- a waiting action holds its secrets sealed -----------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_waiting_actions_row_holds_no_secret_in_clear(keeper):
+    action = _ask(keeper)
+
+    rows = raw_pending_actions()
+
+    assert len(rows) == 1
+    assert not leaks([str(column) for column in rows[0]])
+    assert action.sealed in [str(column) for column in rows[0]]
+
+
+@pytest.mark.django_db
+def test_confirming_runs_the_handler_with_the_real_secret_and_drops_the_sealed_one(keeper, rotated):
+    action = _ask(keeper)
+
+    response = client_for(keeper).post(f"{API}/actions/{action.pk}/confirm/")
+
+    assert (response.status_code, response.json()["decision"]) == (200, "confirmed")
+    assert rotated == [SECRET]
+    action.refresh_from_db()
+    assert (action.status, action.sealed) == ("confirmed", "")
+    assert not leaks([str(column) for row in raw_pending_actions() for column in row])
+
+
+@pytest.mark.django_db
+def test_a_sealed_secret_is_read_after_a_key_rotation_through_the_fallbacks(
+    keeper, rotated, settings
+):
+    action = _ask(keeper)
+    settings.SECRET_KEY_FALLBACKS = [settings.SECRET_KEY]
+    settings.SECRET_KEY = "a-new-key-" + "x" * 50
+
+    outcome = confirm_action(action.pk, user=keeper)
+
+    assert outcome.decision == "confirmed"
+    assert rotated == [SECRET]
+
+
+@pytest.mark.django_db
+def test_a_sealed_secret_no_key_can_read_expires_the_action_with_a_stable_code(
+    keeper, rotated, settings
+):
+    action = _ask(keeper)
+    settings.SECRET_KEY = "a-new-key-" + "x" * 50  # rotated without a fallback
+    settings.SECRET_KEY_FALLBACKS = []
+
+    response = client_for(keeper).post(f"{API}/actions/{action.pk}/confirm/")
+
+    assert (response.status_code, response.json()["code"]) == (410, "secret_unreadable")
+    assert rotated == []
+    action.refresh_from_db()
+    assert (action.status, action.sealed) == ("expired", "")
+    entry = AuditEntry.objects.filter(operation="rotate_secret").latest("id")
+    assert (entry.decision, entry.entities) == (
+        "expired",
+        {"label": "wifi", "secret": "[redacted]"},
+    )
+    assert entry.error.startswith("The secret")
+    again = client_for(keeper).post(f"{API}/actions/{action.pk}/confirm/")
+    assert (again.status_code, again.json()["code"]) == (410, "expired")  # as any expired one
+
+
+@pytest.mark.django_db
+def test_a_sealed_secret_cannot_be_moved_to_another_action(keeper, rotated):
+    first, second = _ask(keeper), _ask(keeper)
+    PendingAction.objects.filter(pk=second.pk).update(sealed=first.sealed)
+
+    response = client_for(keeper).post(f"{API}/actions/{second.pk}/confirm/")
+
+    assert (response.status_code, response.json()["code"]) == (410, "secret_unreadable")
+    assert rotated == []
+
+
+@pytest.mark.django_db
+def test_the_admin_shows_neither_the_secret_nor_its_ciphertext(keeper, superuser):
+    action = _ask(keeper)
+
+    page = _rendered(f"/admin/assistant/pendingaction/{action.pk}/change/")
+
+    assert not leaks(page)
+    assert action.sealed.encode() not in page
 
 
 @pytest.mark.django_db
@@ -168,7 +266,7 @@ def test_a_confirmed_action_ran_with_the_secret_and_then_forgot_it(keeper, super
     assert outcome.text == f"rotated wifi ({len(SECRET)} characters)"
     action.refresh_from_db()
     assert action.status == "confirmed"
-    assert action.entities == {"label": "wifi", "secret": "[redacted]"}
+    assert (action.entities, action.sealed) == ({"label": "wifi", "secret": "[redacted]"}, "")
     assert rows_with_the_secret() == {}
     assert {p for p, html in staff_pages(action.conversation).items() if leaks(html)} == set()
 
@@ -182,7 +280,7 @@ def test_a_rejected_action_forgets_the_secret(keeper):
     assert outcome.decision == "cancelled"
     action.refresh_from_db()
     assert action.status == "cancelled"
-    assert action.entities == {"label": "wifi", "secret": "[redacted]"}
+    assert (action.entities, action.sealed) == ({"label": "wifi", "secret": "[redacted]"}, "")
     assert rows_with_the_secret() == {}
 
 
@@ -196,7 +294,7 @@ def test_an_expired_action_confirmed_too_late_forgets_the_secret(keeper):
     assert outcome.decision == "expired"
     action.refresh_from_db()
     assert action.status == "expired"
-    assert action.entities == {"label": "wifi", "secret": "[redacted]"}
+    assert (action.entities, action.sealed) == ({"label": "wifi", "secret": "[redacted]"}, "")
     assert rows_with_the_secret() == {}
 
 
@@ -210,7 +308,7 @@ def test_an_expired_action_rejected_too_late_forgets_the_secret(keeper):
 
     action.refresh_from_db()
     assert action.status == "expired"
-    assert action.entities == {"label": "wifi", "secret": "[redacted]"}
+    assert (action.entities, action.sealed) == ({"label": "wifi", "secret": "[redacted]"}, "")
 
 
 @pytest.mark.django_db
@@ -222,7 +320,7 @@ def test_an_expired_action_nobody_answers_forgets_the_secret_at_the_next_sweep(k
 
     action.refresh_from_db()
     assert action.status == "expired"
-    assert action.entities == {"label": "wifi", "secret": "[redacted]"}
+    assert (action.entities, action.sealed) == ({"label": "wifi", "secret": "[redacted]"}, "")
     assert rows_with_the_secret() == {}
     assert PendingAction.objects.expire_due() == 0
 
@@ -236,7 +334,7 @@ def test_asking_again_sweeps_the_users_expired_actions(keeper):
 
     old.refresh_from_db()
     assert old.status == "expired"
-    assert old.entities == {"label": "wifi", "secret": "[redacted]"}
+    assert (old.entities, old.sealed) == ({"label": "wifi", "secret": "[redacted]"}, "")
 
 
 # -- websocket -------------------------------------------------------------------------------
@@ -329,11 +427,7 @@ async def test_a_secret_sent_over_the_websocket_is_never_written_in_clear_even_f
 
     stored = [statement for statement in written if "assistant_message" in statement]
     assert any("[redacted]" in statement for statement in stored), stored
-    assert [
-        statement
-        for statement in written
-        if leaks(statement) and "assistant_pendingaction" not in statement
-    ] == []
+    assert [statement for statement in written if leaks(statement)] == []
     await sync_to_async(_check_websocket_turn)(thread_id, frames, resumed)
 
 
@@ -354,11 +448,42 @@ async def test_a_secret_confirmed_over_the_websocket_ran_and_was_forgotten(keepe
 
     action = await PendingAction.objects.aget(pk=interrupt["id"])
     assert action.status == "confirmed"
-    assert action.entities == {"label": "wifi", "secret": "[redacted]"}
+    assert (action.entities, action.sealed) == ({"label": "wifi", "secret": "[redacted]"}, "")
     results = [f["content"] for f in confirmed if f["type"] == "TOOL_CALL_RESULT"]
     assert results == [f"rotated wifi ({len(SECRET)} characters)"]
     assert [frame for frame in asked + confirmed if leaks(frame)] == []
     assert await sync_to_async(rows_with_the_secret)() == {}
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_secret_no_key_can_read_is_told_with_its_code_over_the_websocket(
+    keeper, rotated, settings
+):
+    socket = await connect(keeper)
+    try:
+        await socket.send_json_to({"type": "message", "text": ASK})
+        asked = await _frames_until(socket, _run_ended)
+        (interrupt,) = asked[-1]["outcome"]["interrupts"]
+        await turns_ended(WAIT)
+        settings.SECRET_KEY = "a-new-key-" + "x" * 50  # rotated without a fallback
+        settings.SECRET_KEY_FALLBACKS = []
+        await socket.send_json_to({"type": "confirm", "action": interrupt["id"]})
+        confirmed = await _frames_until(socket, _run_ended)
+        await turns_ended(WAIT)
+    finally:
+        await socket.disconnect(timeout=WAIT)
+
+    (told,) = [f["value"] for f in confirmed if f.get("name") == "assistant.outcome"]
+    assert (told["decision"], told["code"]) == ("expired", "secret_unreadable")
+    assert confirmed[-1]["type"] == "RUN_FINISHED"
+    assert rotated == []
+    action = await PendingAction.objects.aget(pk=interrupt["id"])
+    assert (action.status, action.sealed) == ("expired", "")
+    decisions = AuditEntry.objects.filter(operation="rotate_secret").order_by("id")
+    assert [d async for d in decisions.values_list("decision", flat=True)] == [
+        "confirmation_requested",
+        "expired",
+    ]
 
 
 @pytest.mark.redis

@@ -42,7 +42,7 @@ from ..chat import (
     run_turn,
     search_conversations,
 )
-from ..confirmation import cancel_action, confirm_action, record_action
+from ..confirmation import cancel_action, confirm_action, record_action, stop_job
 from ..credentials import Credential, of_bearer, of_session
 from ..dispatch import CallContext, Outcome, dispatch
 from ..exceptions import (
@@ -53,7 +53,7 @@ from ..exceptions import (
     SessionRequired,
     UnknownTokenOperations,
 )
-from ..jobs import cancel_job, job_for
+from ..jobs import job_for
 from ..models import (
     AccessToken,
     AuditEntry,
@@ -826,9 +826,7 @@ class JobCancelView(AssistantAPIView):
         responses=JobSerializer,
     )
     def post(self, request: Request, job_id: str) -> Response:
-        job = cancel_job(request.user, job_id)
-        # audited as the admin's Cancel is (staff may stop other people's jobs here too)
-        record_action(request, "cancel_job", {"job": str(job.pk)}, domain="jobs", source="rest")
+        job = stop_job(job_id, context=self.call_context())
         return Response(JobSerializer(job).data)
 
 

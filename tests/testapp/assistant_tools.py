@@ -164,7 +164,11 @@ def store_secret(call: ToolCall, label: str, secret: str) -> ToolResult:
     keywords=["rotate secret"],
 )
 def rotate_secret(call: ToolCall, label: str, secret: str) -> ToolResult:
+    ROTATED.append(secret)
     return ToolResult(text=f"rotated {label} ({len(secret)} characters)")
+
+
+ROTATED: list[str] = []  # the secrets rotate_secret's handler was given, in order
 
 
 @assistant_tool(

@@ -84,6 +84,13 @@
     if (!tick.timer) tick.timer = setInterval(tick, 1000);
   }
 
+  // Whether a reason shows something, as the server reads it (storable.shows_something): NFKC,
+  // then a letter, digit, punctuation or symbol that is not one of the characters drawn as nothing.
+  const INVISIBLE = /[\p{C}\u115f\u1160\u3164\uffa0\u2800\u034f\u17b4\u17b5\ufe00-\ufe0f\u{e0100}-\u{e01ef}]/gu;
+  function showsSomething(text) {
+    return /[\p{L}\p{N}\p{P}\p{S}]/u.test(text.normalize("NFKC").replace(INVISIBLE, ""));
+  }
+
   // A card for one action. options.decide(action, {confirm, phrase, reason}) sends the answer and
   // says whether it went out; options.expired(action) hears of a card that timed out and left;
   // options.user is who is looking (a two-person action waits for someone other than its requester).
@@ -152,7 +159,7 @@
     function ready() {
       if (answered) return false;
       if (phrase && phrase.value !== action.confirm_phrase) return false;
-      if (reason && !reason.value.trim()) return false;
+      if (reason && !showsSomething(reason.value)) return false;
       return true;
     }
     function refresh() { approve.disabled = !ready(); }
