@@ -165,6 +165,15 @@ SETTINGS: dict[str, Setting] = {
         "(the job outlives the wait; get_task_status reaches it)",
         kind=float,
     ),
+    "MCP_MAX_SESSIONS_PER_CREDENTIAL": Setting(
+        default=16,
+        accepts=lambda value: value is None or _positive_int(value),
+        expected="None or a positive integer",
+        example="16",
+        doc="MCP sessions (2025-11-25 revision) one token may hold open in one server process; "
+        "opening one more closes its least recently used (an idle one first), whose id then "
+        "answers 404 Session not found; None: no cap",
+    ),
     "PUBLIC_URL": Setting(
         default=None,
         accepts=lambda value: (
