@@ -29,6 +29,7 @@ from .confirmation import (
     withdraw_action,
 )
 from .credentials import Credential
+from .credentials import watch as watch_credential
 from .dispatch import CallContext, Decision, Outcome, write_audit
 from .exceptions import (
     ActionNotFound,
@@ -353,21 +354,38 @@ async def run_started_turn(
         liveness.running_run(turn.thread_id, turn.run_id, turn.message_id)
     # The user's message is echoed once the planner had the chance to find its secrets.
     await turn.emit(events.run_started(turn.thread_id, turn.run_id))
-    status, error, shutdown = Message.Status.COMPLETE, None, False
+    status, shutdown = Message.Status.COMPLETE, False
+    error: AssistantError | None = None
+    lapses: list[CredentialLapsed] = []
+    watcher: asyncio.Future[None] | None = None
     try:
         task = asyncio.ensure_future(_admitted(turn, work) if slot else _work(turn, work))
 
         def stop_work() -> None:
             loop.call_soon_threadsafe(task.cancel)
 
+        def lapsed(lapse: CredentialLapsed) -> None:
+            # a token revoked (a session ended) while a step ran long, a tool or a job it waits
+            # on: the run stops as a Stop stops it, and ends with the lapse, not the step's result
+            lapses.append(lapse)
+            turn.lapse = lapse
+            turn.cancel.cancel()
+
         stop = turn.cancel.add_callback(stop_work)
+        if turn.credential is not None:
+            watcher = asyncio.ensure_future(watch_credential(turn.credential, lapsed))
         try:
             await within_deadline(task, turn.cancel.cancel)  # TURN_DEADLINE: the whole turn
         finally:
             stop()
+            if watcher is not None:
+                watcher.cancel()
     except asyncio.CancelledError:
         status = Message.Status.CANCELLED
         shutdown = not turn.cancel.is_cancelled
+        if lapses and not shutdown:
+            status, error = Message.Status.FAILED, lapses[0]
+            await asyncio.shield(sync_to_async(audit_lapse)(turn, lapses[0]))
     except AssistantError as exc:
         status, error = Message.Status.FAILED, exc
     except Exception:
@@ -392,6 +410,14 @@ async def run_started_turn(
         run_id=turn.run_id,
         error=error,
     )
+
+
+def audit_lapse(turn: Turn, lapse: CredentialLapsed) -> None:
+    """The run's credential lapsed while a step ran: audited ``denied`` once, as the turn."""
+    refused = Outcome(
+        operation="turn", decision=Decision.DENIED, entities={}, error_summary=lapse.message
+    )
+    write_audit(turn.call_context(), refused, domain="assistant")
 
 
 async def _work(turn: Turn, work: Work | None) -> Any:

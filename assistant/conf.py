@@ -165,6 +165,15 @@ SETTINGS: dict[str, Setting] = {
         "(the job outlives the wait; get_task_status reaches it)",
         kind=float,
     ),
+    "MCP_MAX_SESSIONS_PER_CREDENTIAL": Setting(
+        default=16,
+        accepts=lambda value: value is None or _positive_int(value),
+        expected="None or a positive integer",
+        example="16",
+        doc="MCP sessions (2025-11-25 revision) one token may hold open in one server process; "
+        "opening one more closes its least recently used (an idle one first), whose id then "
+        "answers 404 Session not found; None: no cap",
+    ),
     "PUBLIC_URL": Setting(
         default=None,
         accepts=lambda value: (
@@ -188,6 +197,32 @@ SETTINGS: dict[str, Setting] = {
         expected="a rate like '120/min' (per s, min, hour or day) or None",
         example="'120/min'",
         doc="API requests per user, and websocket turns per user (counted apart); None disables",
+    ),
+    "LOGIN_FAILURES_PER_ACCOUNT": Setting(
+        default=5,
+        accepts=lambda value: value is None or _positive_int(value),
+        expected="None or a positive integer",
+        example="5",
+        doc="wrong passwords for one username (known or not, from any address) on the app's "
+        "sign-in page within LOGIN_LOCKOUT seconds before that username is locked out for "
+        "LOGIN_LOCKOUT seconds; None: not counted",
+    ),
+    "LOGIN_FAILURES_PER_ADDRESS": Setting(
+        default=20,
+        accepts=lambda value: value is None or _positive_int(value),
+        expected="None or a positive integer",
+        example="20",
+        doc="wrong passwords from one client address (REMOTE_ADDR), any usernames, within "
+        "LOGIN_LOCKOUT seconds before that address is locked out; None: not counted",
+    ),
+    "LOGIN_LOCKOUT": Setting(
+        default=900.0,
+        accepts=_number(),
+        expected="a positive number of seconds",
+        example="900",
+        doc="seconds a sign-in lock lasts (answered 429 with Retry-After), and the window "
+        "failures are counted in",
+        kind=float,
     ),
     "MAX_MESSAGE_LENGTH": Setting(
         default=4000,

@@ -9,12 +9,16 @@ Each answer is one indexed SELECT (a session kept outside the database is read f
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC
 from importlib import import_module
 from typing import Any, Literal
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
 from django.contrib.sessions.backends.db import SessionStore as DatabaseSessionStore
@@ -29,7 +33,10 @@ from .exceptions import AccountInactive, CredentialLapsed
 from .permissions import credential_generation
 from .tokens import Bearer
 
+logger = logging.getLogger("assistant.credentials")
+
 Kind = Literal["personal", "drf", "oauth", "local", "session"]
+WATCH_SECONDS = 1.0  # how often a run confirms its credential while one step runs long
 HELD_MAX = 10_000  # credentials remembered holding, at most (then forgotten all at once)
 SESSION_DATA = "_assistant_session_data"  # the annotation carrying the session row's data
 LAPSES = {
@@ -127,6 +134,30 @@ class Credential:
         users = get_user_model()._default_manager.filter(pk=self.user_id)  # stdio's own user
         row = users.values_list("pk", *_active()).first()
         return lapsed("account_inactive") if row is None else _inactive(row[1:])
+
+
+async def watch(credential: Credential, stop: Callable[[CredentialLapsed], None]) -> None:
+    """Until cancelled, confirm the credential every ``WATCH_SECONDS`` (a query only after news of
+    a change, or ``ACCESS_MAX_AGE``), and call ``stop`` with its lapse once it no longer holds."""
+    while True:
+        await asyncio.sleep(WATCH_SECONDS)
+        if credential.known_to_hold():
+            continue
+        try:  # not on the run's own thread, which the long step holds
+            lapse = await sync_to_async(_read_apart, thread_sensitive=False)(credential)
+        except Exception:  # (the database away, say): each step's own check still stands
+            logger.exception("Confirming a running turn's credential failed; trying again")
+            continue
+        if lapse is not None:
+            stop(lapse)
+            return
+
+
+def _read_apart(credential: Credential) -> CredentialLapsed | None:
+    try:
+        return credential.lapse()
+    finally:
+        connections.close_all()  # (a pool thread's: nothing closes it otherwise)
 
 
 def of_bearer(bearer: Bearer) -> Credential:

@@ -52,6 +52,7 @@ from .conf import assistant_settings
 from .confirmation import acancel_action, aconfirm_action
 from .dispatch import CallContext, Decision, DispatchCancelled, Outcome, adispatch
 from .exceptions import AssistantError
+from .mcp_sessions import CappedSessionManager
 from .models import Job, PendingAction
 from .permissions import reread_access
 from .registry import AssistantTool, RiskLevel, ToolRegistry, registry
@@ -608,7 +609,7 @@ class Endpoint:
         manager = self._managers.get(loop)
         if manager is not None:
             return manager
-        manager = StreamableHTTPSessionManager(
+        manager = CappedSessionManager(
             app=build_server(site=self.site),
             stateless=False,
             # Host is checked by Django (ALLOWED_HOSTS) and Origin by the view, before the SDK

@@ -223,6 +223,7 @@ class Turn:
         self.client_calls: list[str] = []
         self.model = ""  # the language model that answered, if one did
         self.usage: dict[str, int] = {}  # its tokens, summed over the turn's model calls
+        self.lapse: CredentialLapsed | None = None  # its credential lapsed while a step ran
         self._step_usage: dict[str, int] | None = None
 
     @property
@@ -418,10 +419,13 @@ class Turn:
             record = self._remembered(outcome, tool_call_id)
         self.outcomes.append(outcome)
         self.records.append(record)
+        shown = record
+        if self.lapse is not None:  # a step that ended after the credential lapsed: not shown
+            shown = {**record, "text": self.lapse.message, "data": None}
         await self.emit(
-            events.tool_call_result(f"{tool_call_id}-result", tool_call_id, record["text"])
+            events.tool_call_result(f"{tool_call_id}-result", tool_call_id, shown["text"])
         )
-        await self.emit(events.custom("assistant.outcome", record))
+        await self.emit(events.custom("assistant.outcome", shown))
         if (
             outcome.decision == Decision.CONFIRMATION_REQUESTED
             and outcome.pending_action is not None

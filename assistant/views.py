@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import math
 import uuid
+from typing import Any
 
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.forms import AuthenticationForm
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.csrf import csrf_exempt
 
-from . import oauth
+from . import oauth, signin
 from .conf import assistant_settings
 from .models import PendingAction
 
@@ -96,6 +99,37 @@ class LoginView(auth_views.LoginView):
     """Django's sign-in with the app's own template, so a project needs no login page of its own."""
 
     template_name = "assistant/login.html"
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        """A locked account or address is answered 429 before its password is even checked."""
+        wait = signin.locked_for(self.username(), self.address())
+        if wait:
+            return self.locked_out(wait)
+        return super().post(request, *args, **kwargs)
+
+    def form_valid(self, form: AuthenticationForm) -> HttpResponse:
+        signin.succeeded(self.username())
+        return super().form_valid(form)
+
+    def form_invalid(self, form: AuthenticationForm) -> HttpResponse:
+        wait = signin.failed(self.username(), self.address())
+        if wait:
+            return self.locked_out(wait)
+        return super().form_invalid(form)
+
+    def username(self) -> str:
+        return str(self.request.POST.get("username", ""))
+
+    def address(self) -> str:
+        return str(self.request.META.get("REMOTE_ADDR") or "")
+
+    def locked_out(self, wait: float) -> HttpResponse:
+        """The sign-in page, saying when to try again (the same for every username)."""
+        minutes = max(1, math.ceil(wait / 60))
+        context = self.get_context_data(form=self.get_form_class()(self.request), locked=minutes)
+        response = self.render_to_response(context, status=429)
+        response.headers["Retry-After"] = str(math.ceil(wait))
+        return response
 
     def get_default_redirect_url(self) -> str:
         """Without ``?next=``, the chat rather than the project's ``LOGIN_REDIRECT_URL``."""

@@ -5,6 +5,8 @@ run goes on stops it at its next step, on every surface, audited once."""
 from __future__ import annotations
 
 import dataclasses
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -21,11 +23,11 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from assistant import tokens
-from assistant.models import AccessToken, AuditEntry, Message, PendingAction
+from assistant.models import AccessToken, AuditEntry, Job, Message, PendingAction
 from tests.openai_peer import Reply, call, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm
-from tests.sockets import WAIT, receive, receive_run, send
+from tests.sockets import WAIT, receive, receive_run, receive_until, send
 from tests.test_agui_http import Agent, parse, run_input
 from tests.testapp.models import Order
 
@@ -184,6 +186,82 @@ def test_over_ag_ui_a_drf_token_deleted_while_the_model_thinks_stops_the_next_to
     assert decisions("ping") == [("executed", "agui"), ("denied", "agui")]
 
 
+def revoke_once_running(token: AccessToken) -> threading.Thread:
+    """Revoke ``token`` from another thread as soon as a job of its user runs."""
+
+    def revoke_it() -> None:
+        try:
+            deadline = time.monotonic() + LLM_TIMEOUT
+            while not Job.objects.filter(status=Job.Status.RUNNING).exists():
+                assert time.monotonic() < deadline, "the job never started"
+                time.sleep(0.05)
+            AccessToken.objects.get(pk=token.pk).revoke()
+        finally:
+            connections.close_all()
+
+    return threading.Thread(target=revoke_it)
+
+
+def streamed(server: str, secret: str, text: str, *, meanwhile: Callable[[], Any]) -> list[Any]:
+    """An AG-UI run's events (keepalives skipped), ``meanwhile`` done once its tool call began."""
+    with requests.post(
+        f"{server}/assistant/agui/",
+        json=run_input(text),
+        headers={"Accept": "text/event-stream", "Authorization": f"Bearer {secret}"},
+        stream=True,
+        timeout=LLM_TIMEOUT,
+    ) as response:
+        events = []
+        for event in parse(
+            line for line in response.iter_lines(decode_unicode=True) if not line.startswith(":")
+        ):
+            events.append(event)
+            if event.type == EventType.TOOL_CALL_END:
+                meanwhile()
+    return events
+
+
+@pytest.mark.django_db(transaction=True)
+def test_over_ag_ui_a_token_revoked_while_the_run_waits_on_its_job_ends_the_run_token_revoked(
+    asgi_live_server, diagnostician
+):
+    # (the test project runs jobs inline, as Django does without a TASKS setting: the run waits)
+    token, secret = tokens.issue(diagnostician, name="copilot")
+    revoker = revoke_once_running(token)
+
+    events = streamed(
+        asgi_live_server, secret, "start job kind=wait seconds=2", meanwhile=revoker.start
+    )
+    revoker.join()
+
+    assert (events[-1].type, events[-1].code) == (EventType.RUN_ERROR, "token_revoked")
+    assert EventType.RUN_FINISHED not in {event.type for event in events}
+    shown = [e.content for e in events if e.type == EventType.TOOL_CALL_RESULT]
+    assert shown == [events[-1].message]  # not what the job's call came to
+    assert decisions("start_job") == [("cancelled", "agui")]
+    assert decisions("turn") == [("denied", "agui")]
+    job = Job.objects.get()
+    assert (job.status, job.result) == ("succeeded", "waited")  # the job goes on, as over MCP
+
+
+@pytest.mark.django_db(transaction=True)
+def test_over_ag_ui_a_token_revoked_while_a_tool_runs_stops_the_tool_at_once(
+    asgi_live_server, plain_user
+):
+    token, secret = tokens.issue(plain_user, name="copilot")
+    began = time.monotonic()
+
+    events = streamed(asgi_live_server, secret, "slow sync seconds=30", meanwhile=revoke(token))
+
+    assert time.monotonic() - began < 10  # (the tool stops when its stop token fires)
+    assert (events[-1].type, events[-1].code) == (EventType.RUN_ERROR, "token_revoked")
+    assert [e.content for e in events if e.type == EventType.TOOL_CALL_RESULT] == [
+        events[-1].message
+    ]
+    assert decisions("slow_sync") == [("cancelled", "agui")]
+    assert decisions("turn") == [("denied", "agui")]
+
+
 # -- the websocket ------------------------------------------------------------------------------
 
 
@@ -278,6 +356,25 @@ async def test_a_session_deleted_while_the_model_thinks_stops_the_sockets_next_t
         ("denied", "websocket"),
     ]
     assert len(peer.requests) == 2
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_session_ended_while_the_sockets_tool_runs_stops_the_tool_at_once(
+    open_socket, reader
+):
+    browser = await sync_to_async(signed_in)(reader)
+    socket = await open_socket(cookie=cookie_of(browser))
+    await send(socket, type="message", text="slow sync seconds=30")
+    await receive_until(socket, "TOOL_CALL_END")
+
+    await sync_to_async(lambda: Session.objects.all().delete())()
+    frames = await receive_run(socket)
+
+    assert (frames[-1]["type"], frames[-1]["code"]) == ("RUN_ERROR", "session_ended")
+    results = [frame["content"] for frame in frames if frame["type"] == "TOOL_CALL_RESULT"]
+    assert results == [frames[-1]["message"]]
+    assert await sync_to_async(decisions)("slow_sync") == [("cancelled", "websocket")]
+    assert await sync_to_async(decisions)("turn") == [("denied", "websocket")]
 
 
 @pytest.mark.django_db(transaction=True)
