@@ -357,7 +357,7 @@ async def run_started_turn(
     status, shutdown = Message.Status.COMPLETE, False
     error: AssistantError | None = None
     lapses: list[CredentialLapsed] = []
-    watcher: asyncio.Future[None] | None = None
+    end_watch: Callable[[], None] | None = None
     try:
         task = asyncio.ensure_future(_admitted(turn, work) if slot else _work(turn, work))
 
@@ -373,13 +373,13 @@ async def run_started_turn(
 
         stop = turn.cancel.add_callback(stop_work)
         if turn.credential is not None:
-            watcher = asyncio.ensure_future(watch_credential(turn.credential, lapsed))
+            end_watch = watch_credential(turn.credential, lapsed)
         try:
             await within_deadline(task, turn.cancel.cancel)  # TURN_DEADLINE: the whole turn
         finally:
             stop()
-            if watcher is not None:
-                watcher.cancel()
+            if end_watch is not None:
+                end_watch()
     except asyncio.CancelledError:
         status = Message.Status.CANCELLED
         shutdown = not turn.cancel.is_cancelled

@@ -136,21 +136,41 @@ class Credential:
         return lapsed("account_inactive") if row is None else _inactive(row[1:])
 
 
-async def watch(credential: Credential, stop: Callable[[CredentialLapsed], None]) -> None:
-    """Until cancelled, confirm the credential every ``WATCH_SECONDS`` (a query only after news of
-    a change, or ``ACCESS_MAX_AGE``), and call ``stop`` with its lapse once it no longer holds."""
+def watch(credential: Credential, stop: Callable[[CredentialLapsed], None]) -> Callable[[], None]:
+    """Confirm the credential every ``WATCH_SECONDS`` from ``WATCH_SECONDS`` on (a query only
+    after news of a change, or ``ACCESS_MAX_AGE``), and call ``stop`` with its lapse once it no
+    longer holds; the function returned ends the watch. A run that ends sooner costs one timer,
+    not a task (a keyword turn takes a few milliseconds)."""
+    watching: list[asyncio.Future[None]] = []
+
+    def start() -> None:
+        watching.append(asyncio.ensure_future(_watch(credential, stop)))
+
+    timer = asyncio.get_running_loop().call_later(WATCH_SECONDS, start)
+
+    def end() -> None:
+        timer.cancel()
+        for task in watching:
+            task.cancel()
+
+    return end
+
+
+async def _watch(credential: Credential, stop: Callable[[CredentialLapsed], None]) -> None:
     while True:
-        await asyncio.sleep(WATCH_SECONDS)
         if credential.known_to_hold():
+            await asyncio.sleep(WATCH_SECONDS)
             continue
         try:  # not on the run's own thread, which the long step holds
             lapse = await sync_to_async(_read_apart, thread_sensitive=False)(credential)
         except Exception:  # (the database away, say): each step's own check still stands
             logger.exception("Confirming a running turn's credential failed; trying again")
+            await asyncio.sleep(WATCH_SECONDS)
             continue
         if lapse is not None:
             stop(lapse)
             return
+        await asyncio.sleep(WATCH_SECONDS)
 
 
 def _read_apart(credential: Credential) -> CredentialLapsed | None:
