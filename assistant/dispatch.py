@@ -58,7 +58,14 @@ from .registry import (
     ToolResult,
     registry,
 )
-from .storable import UNSTORABLE_CHARACTERS, plain, storable, storable_text
+from .storable import (
+    UNSTORABLE_CHARACTERS,
+    plain,
+    shows_something,
+    storable,
+    storable_text,
+    typed_text,
+)
 from .tokens import Ceiling
 
 logger = logging.getLogger("assistant.dispatch")
@@ -570,6 +577,8 @@ def _misshapen(prepared: Prepared) -> str | None:
         return "a summary that is not text"
     if not isinstance(prepared.confirm_phrase, str) or len(prepared.confirm_phrase) > 200:
         return "a confirm phrase that is not text of at most 200 characters"
+    if prepared.confirm_phrase and not shows_something(typed_text(prepared.confirm_phrase)):
+        return "a confirm phrase with nothing visible to type"  # (an empty answer would match)
     preview = prepared.preview
     if preview is not None and (
         not isinstance(preview, dict) or preview.get("kind") not in PREVIEW_KINDS

@@ -208,6 +208,9 @@ async def test_an_async_prepare_is_awaited_on_the_async_door(plain_user, site):
         pytest.param(lambda: Prepared(summary="x", preview={"kind": "poem"}), id="unknown-preview"),
         pytest.param(lambda: Prepared(summary="x", preview=["a list"]), id="preview-not-a-dict"),
         pytest.param(lambda: Prepared(summary="x", confirm_phrase="x" * 201), id="phrase-too-long"),
+        pytest.param(
+            lambda: Prepared(summary="x", confirm_phrase="\u200b\u00ad"), id="phrase-invisible"
+        ),
         pytest.param(lambda: Prepared(summary=7), id="summary-not-text"),
     ],
 )
