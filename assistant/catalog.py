@@ -1,19 +1,21 @@
 """What a user is offered (the tools dispatch would let them call, in the LLM's tool formats),
 and what staff see of every tool (its inventory row).
 
-The same predicates as dispatch's steps (``permissions.denials`` for ``authorize``, the failed
-toolsets for ``make_ready``) and the same tool session a call from here would run in, so the
-catalog never offers what dispatch would refuse, on any surface.
+The same predicates as dispatch's steps (``permissions.denials`` for ``authorize``,
+``dispatch.failed_toolsets`` for ``make_ready``) in the same tool session a call from here would
+run in, so the catalog never offers what dispatch would refuse, on any surface and with or
+without a server loop.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from .approvals import policy_for
 from .dispatch import failed_toolsets
 from .lifecycle import ToolSession, process_session
-from .permissions import access_for, required_permissions
+from .permissions import access_for, explain, required_permissions
 from .registry import AssistantTool, ToolRegistry, registry
 from .tokens import Ceiling
 
@@ -25,14 +27,30 @@ def visible_tools(
     site: ToolRegistry = registry,
     ceiling: Ceiling | None = None,
 ) -> list[AssistantTool]:
-    """The tools this user may call (in this tool session, or the process's; under a token's
-    ceiling), in order."""
-    failed = failed_toolsets(session)
-    return [
-        tool
-        for tool in access_for(user).allowed(site)
-        if not (failed and tool.toolset in failed) and (ceiling is None or ceiling.allows(tool))
+    """The tools this user may call (in this tool session, or where a call from here would run;
+    under a token's ceiling), in order."""
+    allowed = [
+        tool for tool in access_for(user).allowed(site) if ceiling is None or ceiling.allows(tool)
     ]
+    failed = failed_toolsets({tool.toolset for tool in allowed}, session)
+    return [tool for tool in allowed if tool.toolset not in failed]
+
+
+def hidden_reasons(
+    user: Any, tools: Iterable[AssistantTool], *, session: ToolSession | None = None
+) -> dict[str, tuple[str, ...]]:
+    """Each tool's reasons for being hidden from ``user`` (none: visible), as ``visible_tools`` judges."""
+    explained = explain(user, tools)
+    failed = failed_toolsets({tool.toolset for tool, why in explained if not why}, session)
+    return {
+        tool.operation: why
+        or (
+            (f"its toolset {tool.toolset.name} failed to start ({failed[tool.toolset]})",)
+            if tool.toolset is not None and tool.toolset in failed
+            else ()
+        )
+        for tool, why in explained
+    }
 
 
 def get_catalog(

@@ -38,6 +38,7 @@ from .exceptions import (
     CredentialLapsed,
     InvalidIdempotencyKey,
     InvalidMessage,
+    InvalidRunInput,
     InvalidTitle,
     MessageNotStored,
     TurnInProgress,
@@ -147,12 +148,31 @@ def running_jobs(user: Any, conversation: Conversation) -> list[Job]:
 def pending_client_calls(conversation: Conversation) -> list[str]:
     """The calls of the client's own tools that the conversation's last reply made and no run
     has answered yet (AG-UI client tools), in order."""
-    if conversation._state.adding:
-        return []
-    last = Message.objects.filter(conversation=conversation).order_by("-created_at", "-id").first()
-    if last is None or last.role != Message.Role.ASSISTANT:
+    last = _waiting_reply(conversation)
+    if last is None:
         return []
     return [r["tool_call_id"] for r in last.tool_calls or [] if r.get("decision") == CLIENT_TOOL]
+
+
+def _waiting_reply(conversation: Conversation) -> Message | None:
+    """The conversation's last message, if it is a reply no run has taken client results for."""
+    if conversation._state.adding:
+        return None
+    last = Message.objects.filter(conversation=conversation).order_by("-created_at", "-id").first()
+    if last is None or last.role != Message.Role.ASSISTANT or last.answered_at is not None:
+        return None
+    return last
+
+
+def take_client_results(conversation: Conversation) -> None:
+    """Claim the last reply's client tool calls for this run; ``InvalidRunInput`` if another
+    run took them first (the same results sent twice at once)."""
+    reply = _waiting_reply(conversation)
+    if reply is None or not reply.take_client_results():
+        raise InvalidRunInput(
+            "The tool messages must answer the calls of your tools the last run made, each once.",
+            code="unknown_tool_call",
+        )
 
 
 def check_title(title: Any) -> str:
@@ -749,6 +769,7 @@ def _begin(
                 raise ActionNotFound()
         conversation, message = request.conversation, None
     elif isinstance(request, ToolResults):
+        take_client_results(request.conversation)
         conversation, message = request.conversation, None
     else:
         planned = _plan_ahead(user, request.text, session, ceiling)

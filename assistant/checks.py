@@ -482,7 +482,7 @@ def sql_role_warnings(site: ToolRegistry, databases: Any) -> list[CheckMessage]:
 
 @register("assistant")
 def check_oauth(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """assistant.E015/E016/W011: django-oauth-toolkit, when installed, as MCP clients need it."""
+    """assistant.E015/E016/W011/W012: django-oauth-toolkit, when installed, as MCP clients need it."""
     if not apps.is_installed("oauth2_provider"):
         return []
     from oauth2_provider.scopes import get_scopes_backend
@@ -514,6 +514,19 @@ def oauth_problems(oauth2_settings: Any, available_scopes: set[str]) -> list[Che
                 + ", ".join(f"{scope!r}: {text!r}" for scope, text in SCOPES.items())
                 + ".",
                 id="assistant.E016",
+            )
+        )
+    if not (
+        oauth2_settings.ROTATE_REFRESH_TOKEN and oauth2_settings.REFRESH_TOKEN_REUSE_PROTECTION
+    ):
+        problems.append(
+            Warning(
+                "A refresh token used twice does not end its sign-in: MCP clients register as "
+                "public clients, so whoever copies one keeps a working token (OAuth 2.1, "
+                "RFC 9700 4.14.2: rotate refresh tokens and revoke the family on reuse).",
+                hint="Set OAUTH2_PROVIDER['REFRESH_TOKEN_REUSE_PROTECTION'] = True (and leave "
+                "ROTATE_REFRESH_TOKEN at its default, True).",
+                id="assistant.W012",
             )
         )
     problems.extend(_metadata_warnings(oauth2_settings))

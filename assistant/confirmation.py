@@ -51,6 +51,7 @@ from .exceptions import (
 from .jobs import cancel_job
 from .models import Job, PendingAction
 from .permissions import access_for, reread_access
+from .redaction import redact_data, redact_text, sensitive_values
 from .registry import ToolResult
 from .storable import storable
 
@@ -166,17 +167,19 @@ def _noted(call: Call, outcome: Outcome, answer: Answer) -> Outcome:
 
 
 def kept(call: Call, outcome: Outcome) -> Outcome:
-    """A decided action keeps what it came to, for a caller that asks again (an MCP retry)."""
+    """A decided action keeps what it came to, for a caller that asks again (an MCP retry),
+    with its sensitive entities' values redacted as everything else it keeps."""
     action = call.action
     if action is not None and action.status != PendingAction.Status.PENDING:
         result = outcome.result
+        secrets = sensitive_values(call.tool, call.values)
         PendingAction.objects.filter(pk=action.pk, result__isnull=True).update(
             result=storable(
                 {
                     "decision": outcome.decision,
                     "code": outcome.code,
-                    "text": outcome.text,
-                    "data": result.data if result is not None else None,
+                    "text": redact_text(outcome.text, secrets),
+                    "data": redact_data(result.data, secrets) if result is not None else None,
                 }
             )
         )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from time import perf_counter
 from typing import Any, NamedTuple
@@ -43,8 +43,8 @@ from .jobs import JobManager
 from .lifecycle import (
     ToolLifecycleState,
     ToolSession,
+    Toolset,
     new_session,
-    process_session,
 )
 from .models import AuditEntry, Conversation, PendingAction
 from .permissions import UserAccess, access_for, cached_access, denials, refusal
@@ -477,10 +477,43 @@ def decides_in_loop(call: Call) -> bool:
     return call.access is not None and not denials(call.access, tool)
 
 
-def failed_toolsets(session: ToolSession | None) -> set[Any]:
-    """The toolsets whose start failed where a call from here would run (the catalog hides them)."""
-    where = session if session is not None else process_session()
-    return where.failed() if where is not None else set()
+def failed_toolsets(
+    toolsets: Iterable[type[Toolset] | None], session: ToolSession | None
+) -> dict[type[Toolset], str]:
+    """The toolsets a call from here would find failed, with their errors (``make_ready``'s answer).
+
+    Each is readied where that call would run, as ``make_ready`` readies it: in ``session``, or
+    without one in a session of its own (a call's own, stopped after), so a context with no
+    server loop (WSGI, a command) gets the answer a call would. A call-scoped toolset starts for
+    each call and is never judged ahead of one.
+    """
+    wanted = {t for t in toolsets if t is not None and t.scope != "call"}
+    if not wanted:
+        return {}
+    if session is not None and not any(session.needs_start(t) for t in wanted):
+        return _failures(session, wanted)  # (nothing to start: no hop to a loop)
+    return async_to_sync(_readied_failures)(wanted, session)
+
+
+async def _readied_failures(
+    wanted: set[type[Toolset]], session: ToolSession | None
+) -> dict[type[Toolset], str]:
+    where = session if session is not None else new_session()
+    try:
+        await asyncio.gather(*(where.ready(toolset) for toolset in wanted))
+        return _failures(where, wanted)
+    finally:
+        if session is None:
+            await where.stop()
+
+
+def _failures(session: ToolSession, wanted: set[type[Toolset]]) -> dict[type[Toolset], str]:
+    failed = {}
+    for toolset in wanted:
+        instance = session.instance(toolset)
+        if instance is not None and instance.state is ToolLifecycleState.FAILED:
+            failed[toolset] = instance.error
+    return failed
 
 
 async def make_ready(call: Call) -> Outcome | None:
@@ -498,15 +531,13 @@ async def make_ready(call: Call) -> Outcome | None:
                 ToolUnavailable(f"{tool.operation} is not available right now."),
             )
         return None
-    state = session.state(tool.toolset)
+    state = await session.ready(tool.toolset)
     if state is ToolLifecycleState.CREATED:
         return call.stop(
             Decision.NOT_READY, ToolNotReady(f"{tool.operation} is still starting; try again.")
         )
-    if state in (None, ToolLifecycleState.STOPPED, ToolLifecycleState.CANCELLED):
-        await session.start(tool.toolset)
     instance = session.instance(tool.toolset)
-    if instance is None or instance.state is not ToolLifecycleState.STARTED:
+    if instance is None or state is not ToolLifecycleState.STARTED:
         return call.stop(
             Decision.UNAVAILABLE, ToolUnavailable(f"{tool.operation} is not available right now.")
         )

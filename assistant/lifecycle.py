@@ -78,6 +78,7 @@ class Toolset:
 
 
 SCOPES = ("session", "process", "call")
+_UNSTARTED = (None, ToolLifecycleState.STOPPED, ToolLifecycleState.CANCELLED)
 
 
 def register_toolset(cls: type[Toolset] | None = None, *, site: Any = None) -> Any:
@@ -153,6 +154,18 @@ class ToolSession:
             for toolset in registered_toolsets(self.site)
             if self.state(toolset) is ToolLifecycleState.FAILED
         }
+
+    def needs_start(self, toolset: type[Toolset]) -> bool:
+        """Whether a call here would start ``toolset`` first (never started, or since ended)."""
+        return self.state(toolset) in _UNSTARTED
+
+    async def ready(self, toolset: type[Toolset]) -> ToolLifecycleState:
+        """The state a call here finds ``toolset`` in, starting it first if it ``needs_start``."""
+        if self.needs_start(toolset):
+            await self.start(toolset)
+        state = self.state(toolset)
+        assert state is not None
+        return state
 
     async def start(self, toolset: type[Toolset]) -> Toolset:
         """Start (or restart, after a stop or cancel) one toolset and wait for it."""

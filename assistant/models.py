@@ -105,6 +105,9 @@ class Message(models.Model):
     # A user message's: the server process that runs its turn (a ``ServerProcess`` name), so a
     # turn whose process died is found; "" when none is tracked.
     process = models.CharField(max_length=64, blank=True, default="", editable=False)
+    # A reply that called the client's own tools (AG-UI): when a run took the client's results
+    # for those calls (``take_client_results``); no second run takes them.
+    answered_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["created_at", "id"]
@@ -131,6 +134,15 @@ class Message(models.Model):
         self.tool_calls = storable(self.tool_calls)
         self.actions = storable(self.actions)
         super().save(*args, **kwargs)
+
+    def take_client_results(self) -> bool:
+        """Claim this reply's client tool calls for the one run their results go on in (False:
+        another run took them)."""
+        now = timezone.now()
+        taken = Message.objects.filter(pk=self.pk, answered_at__isnull=True).update(answered_at=now)
+        if taken:
+            self.answered_at = now
+        return bool(taken)
 
 
 class ServerProcess(models.Model):

@@ -203,6 +203,9 @@ class Turn:
         self.message_id = str(uuid.uuid4()) if user_message is None else reply_id(user_message.pk)
         self.outcomes: list[Outcome] = []
         self.records: list[dict[str, Any]] = []
+        # what the model sent with a call besides its id and function (Gemini's thought
+        # signature), by call id: stored with the call, sent back with it in later history
+        self.call_extras: dict[str, dict[str, Any]] = {}
         self.interrupts: list[Any] = []
         self.frames: list[dict[str, Any]] = []
         self._parts: list[str] = []
@@ -356,6 +359,7 @@ class Turn:
                 "data": None,
                 "audit_id": audit_id,
                 "pending_action": None,
+                **self._extra_of(tool_call_id),
             }
         )
         self.client_calls.append(tool_call_id)
@@ -408,7 +412,13 @@ class Turn:
             )
         record = shown_data(tool_call_record(outcome, tool_call_id))
         record["text"] = redact_text(record["text"], self.secrets)  # (an error's message too)
+        record.update(self._extra_of(tool_call_id))
         return record
+
+    def _extra_of(self, tool_call_id: str) -> dict[str, Any]:
+        """What a call's stored record keeps of what the model sent with it, if anything."""
+        extra = self.call_extras.get(tool_call_id)
+        return {"provider_extra": extra} if extra else {}
 
     async def record(self, outcome: Outcome, tool_call_id: str) -> None:
         """Remember an outcome and stream its result (and any approval it waits for)."""

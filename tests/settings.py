@@ -125,6 +125,7 @@ LOGGING = {
 # (MCP clients register themselves), and the assistant's scopes (assistant.oauth.SCOPES).
 OAUTH2_PROVIDER = {
     "PKCE_REQUIRED": True,
+    "REFRESH_TOKEN_REUSE_PROTECTION": True,
     "DCR_ENABLED": True,
     "DCR_REGISTRATION_PERMISSION_CLASSES": ("oauth2_provider.dcr.AllowAllDCRPermission",),
     "SCOPES": {

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -25,9 +26,10 @@ from rest_framework.authtoken.models import Token
 from assistant import agui
 from assistant.chat import thread_conversation
 from assistant.models import AuditEntry, Conversation, Message, PendingAction
-from tests.openai_peer import USAGE, call, text, tool_calls
+from tests.openai_peer import USAGE, Reply, call, raw, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm
+from tests.stream_shapes import SIGNATURE, chunk
 from tests.testapp.models import Order
 
 AG_UI_EVENT: TypeAdapter[Any] = TypeAdapter(Event)
@@ -772,6 +774,97 @@ def test_the_next_run_carries_the_client_tools_result_to_the_model(
     assert sent[-1] == {"role": "tool", "tool_call_id": "c1", "content": "red"}
     stored = Message.objects.order_by("created_at", "id").values_list("role", "text")
     assert [role for role, _ in stored] == ["user", "assistant", "assistant"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_next_run_sends_a_calls_thought_signature_back_as_the_model_sent_it(
+    agent, use_llm, client_tools, plain_user
+):
+    signed = {"google": {"thought_signature": SIGNATURE}}
+    peer = use_llm()
+    peer.script(
+        raw(  # Gemini 3's compatibility layer: the first parallel call signed, no index
+            chunk(
+                {
+                    "role": "assistant",
+                    "tool_calls": [
+                        {
+                            "id": "c1",
+                            "type": "function",
+                            "function": {"name": "client__pick_color", "arguments": "{}"},
+                            "extra_content": signed,
+                        },
+                        {
+                            "id": "c2",
+                            "type": "function",
+                            "function": {"name": "ping", "arguments": "{}"},
+                        },
+                    ],
+                }
+            ),
+            chunk({"role": "assistant", "content": ""}, "stop"),
+        ),
+        text("You picked red."),
+    )
+    client = agent(plain_user)
+    asked = run_input("pick a colour and ping", tools=[PICK_COLOR])
+    client.run(asked)
+    answered = [
+        *asked["messages"],
+        {"id": "t1", "role": "tool", "content": "red", "toolCallId": "c1"},
+    ]
+
+    events = client.run(
+        run_input(None, thread_id=asked["threadId"], messages=answered, tools=[PICK_COLOR])
+    )
+
+    assert events[-1].type == EventType.RUN_FINISHED
+    replayed = [m for m in peer.requests[1]["messages"] if m.get("tool_calls")]
+    assert [m["tool_calls"] for m in replayed] == [
+        [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "client__pick_color", "arguments": "{}"},
+                "extra_content": signed,
+            },
+            {"id": "c2", "type": "function", "function": {"name": "ping", "arguments": "{}"}},
+        ]
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_client_tools_result_sent_again_while_its_run_goes_on_runs_nothing_more(
+    agent, use_llm, client_tools, plain_user
+):
+    peer = use_llm()
+    peer.script(
+        tool_calls(call("client__pick_color", {"options": ["red"]}, id="c1")),
+        Reply(deltas=("You picked red.",), stall_before=1.0),  # the model takes its time
+    )
+    client = agent(plain_user)
+    asked = run_input("pick a colour", tools=[PICK_COLOR])
+    client.run(asked)
+    answered = [
+        *asked["messages"],
+        {"id": "t1", "role": "tool", "content": "red", "toolCallId": "c1"},
+    ]
+    body = run_input(None, thread_id=asked["threadId"], messages=answered, tools=[PICK_COLOR])
+    first: list[BaseEvent] = []
+    running = threading.Thread(target=lambda: first.extend(client.run(body)))
+    running.start()
+    while len(peer.requests) < 2:  # the first answer's run is with the model
+        time.sleep(0.01)
+
+    again = client.post(body)
+    running.join(WAIT)
+
+    assert again.status_code == 400, again.text[:300]
+    assert again.json()["code"] == "unknown_tool_call"
+    assert only(first, EventType.TEXT_MESSAGE_CONTENT).delta == "You picked red."
+    assert len(peer.requests) == 2
+    replies = Message.objects.filter(role="assistant").values_list("text", flat=True)
+    assert sorted(replies) == ["", "You picked red."]
 
 
 @pytest.mark.django_db(transaction=True)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
+from io import StringIO
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.test import AsyncClient
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.test import AsyncClient, Client
 
 from assistant.catalog import get_catalog, visible_tools
 from assistant.dispatch import dispatch
@@ -18,6 +22,7 @@ from assistant.lifecycle import (
     stop_process_session,
 )
 from assistant.models import AuditEntry
+from tests.lifecycles import log as log  # a fixture
 from tests.testapp.assistant_tools import Outage
 
 
@@ -84,13 +89,73 @@ async def test_the_rest_catalog_does_not_list_what_rest_dispatch_refuses_as_unav
     assert audited.decision == "unavailable"
 
 
+# -- no server loop (WSGI, a management command, Django's test client): the same one answer ----
+
+
+def rest_operations(client: Client, style: str = "inventory") -> set[str]:
+    listed = client.get("/assistant/api/tools/", {"style": style})
+    assert listed.status_code == 200
+    if style == "openai":
+        return operations(listed.json()["tools"])
+    return {tool["operation"] for tool in listed.json()["tools"]}
+
+
 @pytest.mark.django_db
-def test_without_a_server_process_a_process_toolset_is_offered_until_a_call_finds_it_down(
+def test_without_a_server_loop_the_rest_catalog_omits_what_rest_dispatch_refuses(
     diagnostician: Any,
 ) -> None:
     assert process_session() is None
-    assert "outage_status" in {tool.operation for tool in visible_tools(diagnostician)}
+    client = Client()
+    client.force_login(diagnostician)
 
-    outcome = dispatch("outage_status", {}, user=diagnostician)
+    listed, openai = rest_operations(client), rest_operations(client, "openai")
+    refused = {
+        operation: client.post(
+            "/assistant/api/dispatch/",
+            {"operation": operation, "entities": {}},
+            content_type="application/json",
+        )
+        for operation in ("broken_tool", "outage_status")
+    }
 
-    assert outcome.decision == "unavailable"  # its own session tried, and it failed there
+    assert not {"broken_tool", "outage_status"} & (listed | openai)
+    assert {"probe_state", "sluggish_tool"} <= listed & openai  # their toolsets start
+    for operation, response in refused.items():
+        assert response.status_code == 503, operation
+        assert response.json()["code"] == "unavailable"
+    assert list(
+        AuditEntry.objects.filter(operation__in=refused)
+        .order_by("pk")
+        .values_list("operation", "decision")
+    ) == [("broken_tool", "unavailable"), ("outage_status", "unavailable")]
+
+
+@pytest.mark.django_db
+def test_without_a_server_loop_the_catalog_leaves_no_toolset_running(
+    diagnostician: Any, log: list[str]
+) -> None:
+    offered = {tool.operation for tool in visible_tools(diagnostician)}
+
+    assert "probe_state" in offered
+    # started to answer, as a call would, then stopped (its background task ended with it)
+    assert log == ["probe:start", "probe:stop", "probe:background-exit"]
+
+
+@pytest.mark.django_db
+def test_the_inventory_command_says_a_failed_toolsets_tools_are_hidden_and_why(
+    diagnostician: Any,
+) -> None:
+    out = StringIO()
+    call_command("assistant_tools", "--json", "--as", "diagnostician", stdout=out)
+    rows = {row["operation"]: row for row in json.loads(out.getvalue())}
+
+    assert rows["broken_tool"]["visible"] is False
+    assert rows["broken_tool"]["hidden_because"] == [
+        "its toolset broken failed to start (ConnectionError: the backend is down)"
+    ]
+    assert rows["outage_status"]["hidden_because"] == [
+        "its toolset outage failed to start (ConnectionError: the service is down)"
+    ]
+    assert rows["probe_state"]["visible"] is True
+    with pytest.raises(CommandError, match=r"^unavailable: broken_tool is not available right now"):
+        call_command("assistant_call", "broken_tool", "--user", "diagnostician", stdout=StringIO())

@@ -217,11 +217,12 @@ def test_an_object_permission_on_one_order_makes_an_object_checked_tool_visible(
 
 
 @pytest.mark.django_db
-def test_a_superuser_sees_every_tool(superuser):
+def test_a_superuser_sees_every_tool_whose_toolset_starts(superuser):
     rows = inventory("--as", "root")
+    hidden = {operation for operation, row in rows.items() if not row["visible"]}
 
-    assert all(row["visible"] for row in rows.values())
-    assert all(row["hidden_because"] == [] for row in rows.values())
+    assert hidden == {"broken_tool", "outage_status"}  # the test toolsets that fail to start
+    assert all(row["hidden_because"] == [] for row in rows.values() if row["visible"])
 
 
 @pytest.mark.django_db

@@ -82,7 +82,8 @@ async def test_listed_tools_carry_the_catalogs_schema_and_annotations_from_the_d
 ) -> None:
     async with mcp_client(asgi_live_server, await issue(superuser), mode) as client:
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-    catalog = {tool["function"]["name"]: tool["function"] for tool in get_catalog(superuser)}
+    superusers_catalog = await sync_to_async(get_catalog)(superuser)
+    catalog = {tool["function"]["name"]: tool["function"] for tool in superusers_catalog}
     assert tools["list_orders"].input_schema == catalog["list_orders"]["parameters"]
     assert tools["list_orders"].annotations.read_only_hint is True
     assert tools["approve_order"].annotations.read_only_hint is False

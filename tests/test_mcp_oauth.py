@@ -164,6 +164,12 @@ async def list_and_call(url: str, key: str, operation: str, arguments: dict[str,
     return [tool.name for tool in listed.tools], called
 
 
+META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+
+
 def mcp_post(key: str | None = None) -> Any:
     headers = {"HTTP_AUTHORIZATION": f"Bearer {key}"} if key else {}
     return DjangoClient().post(
@@ -172,12 +178,7 @@ def mcp_post(key: str | None = None) -> Any:
             "jsonrpc": "2.0",
             "id": 1,
             "method": "tools/list",
-            "params": {
-                "_meta": {
-                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                    "io.modelcontextprotocol/clientCapabilities": {},
-                }
-            },
+            "params": {"_meta": META},
         },
         content_type="application/json",
         HTTP_ACCEPT="application/json, text/event-stream",
@@ -430,6 +431,21 @@ def test_e016_the_toolkit_does_not_offer_the_assistants_scopes(settings: Any) ->
     assert "OAUTH2_PROVIDER['SCOPES']" in messages[0].hint
 
 
+@pytest.mark.parametrize(
+    "changed",
+    [{"REFRESH_TOKEN_REUSE_PROTECTION": False}, {"ROTATE_REFRESH_TOKEN": False}],
+)
+def test_w012_a_reused_refresh_token_would_not_end_its_family(
+    settings: Any, changed: dict[str, bool]
+) -> None:
+    settings.OAUTH2_PROVIDER = {**settings.OAUTH2_PROVIDER, **changed}
+
+    messages = check_oauth()
+
+    assert [message.id for message in messages] == ["assistant.W012"]
+    assert "REFRESH_TOKEN_REUSE_PROTECTION" in messages[0].hint
+
+
 def test_w011_the_toolkit_without_its_urls(settings: Any) -> None:
     settings.ROOT_URLCONF = "tests.urls_without_admin"
 
@@ -482,3 +498,42 @@ async def test_a_refreshed_token_stays_bound_to_the_endpoint(
     latest = await AccessToken.objects.filter(user=clerk).alatest("pk")
     assert latest.pk != first.pk
     assert latest.resource == [url]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_refresh_token_used_twice_ends_every_token_of_its_sign_in(
+    asgi_live_server: str, clerk: Any
+) -> None:
+    url = f"{asgi_live_server}/assistant/mcp/"
+    provider = provider_for(url, SignedInBrowser(asgi_live_server, clerk))
+    async with (
+        httpx2.AsyncClient(auth=provider) as http,
+        Client(streamable_http_client(url, http_client=http)) as client,
+    ):
+        await client.list_tools()
+    stolen = provider.context.current_tokens
+    assert stolen is not None
+    assert provider.context.client_info is not None
+    refresh = {
+        "grant_type": "refresh_token",
+        "refresh_token": stolen.refresh_token,
+        "client_id": provider.context.client_info.client_id,
+    }
+
+    async with httpx2.AsyncClient() as http:
+        first = await http.post(f"{asgi_live_server}/o/token/", data=refresh)  # the thief
+        again = await http.post(f"{asgi_live_server}/o/token/", data=refresh)  # the client
+        listed = await http.post(
+            url,
+            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": META}},
+            headers={
+                "Authorization": f"Bearer {first.json()['access_token']}",
+                "Accept": "application/json, text/event-stream",
+                "MCP-Protocol-Version": "2026-07-28",
+                "Mcp-Method": "tools/list",
+            },
+        )
+
+    assert first.status_code == 200
+    assert (again.status_code, again.json()["error"]) == (400, "invalid_grant")
+    assert (listed.status_code, listed.json()["code"]) == (401, "invalid_token")

@@ -674,3 +674,30 @@ async def test_falling_back_to_keywords_still_echoes_the_message_redacted(settin
     assert "assistant.notice" in [frame.get("name") for frame in frames]
     assert [frame for frame in frames if leaks(frame)] == []
     assert await sync_to_async(rows_with_the_secret)() == {}
+
+
+@pytest.mark.django_db
+def test_a_confirmed_action_keeps_what_it_came_to_redacted(keeper):
+    site = ToolRegistry("sensitive")
+
+    @assistant_tool(
+        operation="set_pin",
+        domain="vault",
+        description="Set a PIN (asks first)",
+        risk_level="guarded",
+        requires_confirmation=True,
+        public=True,
+        sensitive_entities=["pin"],
+        site=site,
+    )
+    def set_pin(call: ToolCall, pin: str) -> ToolResult:
+        return ToolResult(text=f"set to {pin}", data={"rows": [{"pin": pin}]})
+
+    asked = dispatch("set_pin", {"pin": SECRET}, user=keeper, site=site)
+    outcome = confirm_action(asked.pending_action.pk, user=keeper, site=site)
+
+    assert (asked.decision, outcome.decision) == ("confirmation_requested", "confirmed")
+    kept = PendingAction.objects.get(pk=asked.pending_action.pk).result
+    assert kept["text"] == "set to [redacted]"
+    assert kept["data"] == {"rows": [{"pin": "[redacted]"}]}
+    assert rows_with_the_secret() == {}

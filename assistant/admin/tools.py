@@ -9,9 +9,9 @@ from django.contrib.auth import get_user_model
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
-from ..catalog import inventory_row
+from ..catalog import hidden_reasons, inventory_row
 from ..models import Tool
-from ..permissions import explain, required_permissions
+from ..permissions import required_permissions
 from ..registry import registry
 from .base import page_context
 
@@ -51,7 +51,7 @@ class ToolInventoryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if username:
             subject = User._default_manager.filter(**{User.USERNAME_FIELD: username}).first()
             if subject is not None:
-                reasons = {tool.operation: why for tool, why in explain(subject, registry)}
+                reasons = hidden_reasons(subject, registry)
         rows = []
         for tool in sorted(registry, key=lambda tool: (tool.domain, tool.operation)):
             row = inventory_row(tool)

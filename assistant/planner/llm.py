@@ -65,6 +65,7 @@ def _with_calls(message: Message, turn: Turn) -> list[dict[str, Any]]:
     client = {result.tool_call_id: result.content for result in turn.client_results}
     calls = [
         {
+            **(record.get("provider_extra") or {}),  # as the model sent it (a thought signature)
             "id": record["tool_call_id"],
             "type": "function",
             "function": {
@@ -96,6 +97,17 @@ def prepare(
     check_budget(turn.user, conversation=turn.conversation, source=turn.source)
     tools = get_catalog(turn.user, session=turn.session, site=turn.site, ceiling=turn.ceiling)
     return tools, history(turn, config["MAX_HISTORY"])
+
+
+def kept_extras(calls: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """What the model sent with each call besides its id and function, by call id, to store
+    with it (no more of it than a call's arguments may bring)."""
+    kept = {}
+    for call in calls:
+        extra = call["extra"]
+        if extra and len(json.dumps(extra)) <= assistant_settings.MAX_TOOL_ARGUMENT_BYTES:
+            kept[call["id"]] = extra
+    return kept
 
 
 def client_tool_specs(turn: Turn) -> list[dict[str, Any]]:
@@ -165,6 +177,7 @@ class LLMPlanner:
             calls = await self.step(turn, client, config, messages, tools, tally)
             if not calls:
                 return
+            turn.call_extras.update(kept_extras(calls))
             calls, refused = within_bounds(config, calls, tally)
             parsed = [_arguments(call["arguments"]) for call in calls]
             for call, arguments in zip(calls, parsed, strict=True):
@@ -340,6 +353,7 @@ class StreamedCall:
             "name": self.name,
             "arguments": self.arguments,
             "too_large": self.too_large,  # (its preview is the arguments' start, unredacted)
+            "extra": self.extra,
         }
 
 

@@ -8,8 +8,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ...catalog import inventory_row
-from ...permissions import explain
+from ...catalog import hidden_reasons, inventory_row
 from ...registry import registry
 
 
@@ -39,7 +38,7 @@ class Command(BaseCommand):
             )
             if user is None:
                 raise CommandError(f"No user named {username!r}.")
-            reasons = dict((tool.operation, why) for tool, why in explain(user, tools))
+            reasons = hidden_reasons(user, tools)
             for row in rows:
                 row["visible"] = not reasons[row["operation"]]
                 row["hidden_because"] = list(reasons[row["operation"]])
