@@ -1,4 +1,4 @@
-# A waiting action's sensitive entities, sealed (encrypted) until it is decided.
+# Sealed secrets of waiting actions; client-tool results claimed once (issue 33).
 
 from django.db import migrations, models
 
@@ -9,6 +9,11 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.AddField(
+            model_name="message",
+            name="answered_at",
+            field=models.DateTimeField(blank=True, editable=False, null=True),
+        ),
         migrations.AddField(
             model_name="pendingaction",
             name="sealed",
