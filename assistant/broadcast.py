@@ -10,7 +10,7 @@ import asyncio
 import functools
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -42,6 +42,9 @@ class Publisher:
         self._task: asyncio.Task[None] | None = None  # sending a burst whose window ended
         self._closing = False
         self._scrub: Callable[[str], str] | None = None
+        # where a burst goes that neither the log nor the layer took (Redis down): the socket
+        # that started the turn, in this process; others see the stored reply on their resume
+        self.undelivered: Callable[[list[str]], Awaitable[None]] | None = None
 
     def put(self, frame: dict[str, Any]) -> None:
         self._pending.append(frame)
@@ -107,6 +110,11 @@ class Publisher:
             await layer.group_send(group, {"type": "assistant.events", "texts": texts})
         except Exception:
             logger.exception("Sending events failed (conversation %s)", self.thread_id)
+            if self.undelivered is not None:
+                try:
+                    await self.undelivered(texts)
+                except Exception:  # (its socket closed meanwhile)
+                    logger.exception("Sending events to the turn's own socket failed")
 
     def redact(self, scrub: Callable[[str], str]) -> None:
         """Pass frames not yet sent through ``scrub``; the kept ones follow once all are sent."""
@@ -171,11 +179,13 @@ def same_server(first: str, second: str) -> bool:
 
 def _refused(exc: Exception) -> bool:
     """Whether the script surely published nothing: Redis answered it with an error (its PUBLISH
-    is its last step), or it was never sent (no connection free in time), rather than the
-    answer getting lost on the way."""
+    is its last step), or it was never sent (no connection free in time, or none could be made),
+    rather than the answer getting lost on the way."""
     from redis.exceptions import ConnectionError, MaxConnectionsError, ResponseError
 
     if isinstance(exc, ResponseError | MaxConnectionsError):
         return True
+    if isinstance(exc, ConnectionError) and isinstance(exc.__cause__, ConnectionRefusedError):
+        return True  # (no connection to send it on: Redis is down)
     # (the blocking pool's wait ran out: "No connection available.")
     return isinstance(exc, ConnectionError) and isinstance(exc.__cause__, TimeoutError)

@@ -638,6 +638,9 @@ class Run:
     # What signed the transport's user in: confirmed in the turn's first sync step (a session
     # that ended refuses the turn there), then before each of the turn's model and tool calls.
     credential: Credential | None = None
+    # Where the run's frames go when the channel layer cannot carry them (the socket that
+    # started it: it is in this process, and its user waits on this run).
+    undelivered: Callable[[list[str]], Awaitable[None]] | None = None
 
 
 def launch(
@@ -702,6 +705,7 @@ async def _in_lane(
                 launched._stored.exception()  # (retrieved: a caller that left is no error)
                 return None
             turn.listener = run.listener
+            turn.publisher.undelivered = run.undelivered
             turn.hygiene = hygiene
             launched._stored.set_result(turn.conversation)
             await launched._go.wait()

@@ -404,7 +404,7 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         inside the turn's first hop: a refused one stores nothing.
         """
         throttle = _throttle if assistant_settings.THROTTLE_RATE is not None else None
-        run = Run(admit=throttle, credential=self.credential)
+        run = Run(admit=throttle, credential=self.credential, undelivered=self.undelivered)
         launched = launch(
             self.user,
             request,
@@ -529,6 +529,12 @@ class AssistantConsumer(AsyncWebsocketConsumer):
             return
         for text in texts:
             await self.send_text(text)
+
+    async def undelivered(self, texts: list[str]) -> None:
+        """A run this socket started whose frames the channel layer could not carry (Redis
+        down): they come straight to this socket, unnumbered, rather than not at all."""
+        if not self.signed_out:
+            await self.assistant_events({"texts": texts})
 
     # -- helpers ----------------------------------------------------------------------------
 
