@@ -93,7 +93,13 @@ class Publisher:
             channel = None
         try:
             if channel is not None:  # one round trip: the log's script publishes the burst too
-                await cast(RedisEventLog, log).append_many(self.thread_id, batch, bodies, channel)
+                heard = await cast(RedisEventLog, log).append_published(
+                    self.thread_id, batch, bodies, channel
+                )
+                if not heard and self.undelivered is not None:
+                    # no socket subscribed, not even the one that started the turn: Redis is
+                    # back from an outage and the subscriptions are not yet
+                    await self._deliver_here(numbered(bodies, batch))
                 return
             await log.append_many(self.thread_id, batch, bodies)
         except Exception as exc:
@@ -102,19 +108,21 @@ class Publisher:
                 return  # the reply was lost: the script may have published them already
         if layer is None:
             return
-        # what the sockets send as it is: the body with its number added
-        texts = [
-            f'{body[:-1]},"seq":{frame["seq"]}}}' for body, frame in zip(bodies, batch, strict=True)
-        ]
+        texts = numbered(bodies, batch)
         try:
             await layer.group_send(group, {"type": "assistant.events", "texts": texts})
         except Exception:
             logger.exception("Sending events failed (conversation %s)", self.thread_id)
-            if self.undelivered is not None:
-                try:
-                    await self.undelivered(texts)
-                except Exception:  # (its socket closed meanwhile)
-                    logger.exception("Sending events to the turn's own socket failed")
+            await self._deliver_here(texts)
+
+    async def _deliver_here(self, texts: list[str]) -> None:
+        """The burst to the socket that started the turn, if one did, when no layer carried it."""
+        if self.undelivered is None:
+            return
+        try:
+            await self.undelivered(texts)
+        except Exception:  # (its socket closed meanwhile)
+            logger.exception("Sending events to the turn's own socket failed")
 
     def redact(self, scrub: Callable[[str], str]) -> None:
         """Pass frames not yet sent through ``scrub``; the kept ones follow once all are sent."""
@@ -140,6 +148,13 @@ class Publisher:
                 await event_log().redact(self.thread_id, self._scrub)
             except Exception:
                 logger.exception("Redacting the kept events of %s failed", self.thread_id)
+
+
+def numbered(bodies: list[str], frames: list[dict[str, Any]]) -> list[str]:
+    """What the sockets send as it is: each body with its frame's number added."""
+    return [
+        f'{body[:-1]},"seq":{frame["seq"]}}}' for body, frame in zip(bodies, frames, strict=True)
+    ]
 
 
 def published_by(log: Any, layer: Any, group: str) -> str | None:

@@ -195,6 +195,24 @@ class RedisEventLog:
         this log's Redis, msgpack without encryption), the script also publishes the burst
         there, as the layer's ``group_send`` of ``{"type": "assistant.events", "texts": [...]}``
         would: one round trip for both."""
+        last, _ = await self._append_burst(thread_id, frames, bodies, publish)
+        return last
+
+    async def append_published(
+        self, thread_id: str, frames: list[dict[str, Any]], bodies: list[str], channel: str
+    ) -> int:
+        """As ``append_many`` with ``publish``; returns how many subscribers heard the burst
+        (PUBLISH's count: none while the sockets' subscriptions are not back after an outage)."""
+        _, heard = await self._append_burst(thread_id, frames, bodies, channel)
+        return heard
+
+    async def _append_burst(
+        self,
+        thread_id: str,
+        frames: list[dict[str, Any]],
+        bodies: list[str] | None,
+        publish: str | None,
+    ) -> tuple[int, int]:
         client = self._client()
         if self._append is None:
             self._append = client.register_script(APPEND_SCRIPT)
@@ -202,16 +220,15 @@ class RedisEventLog:
             bodies = [json.dumps(_unnumbered(frame), separators=(",", ":")) for frame in frames]
         # one argument for the whole burst: compact JSON never holds a raw newline
         payload = "\n".join(bodies)
-        last = int(
-            await self._append(
-                keys=self._keys(thread_id),
-                args=[self.keep, self.ttl, len(frames), payload, first_seq() - 1, publish or ""],
-                client=client,
-            )
+        last, heard = await self._append(
+            keys=self._keys(thread_id),
+            args=[self.keep, self.ttl, len(frames), payload, first_seq() - 1, publish or ""],
+            client=client,
         )
+        last = int(last)
         for offset, frame in enumerate(frames):
             frame["seq"] = last - len(frames) + 1 + offset
-        return last
+        return last, int(heard)
 
     async def since(self, thread_id: str, after: int) -> Replay:
         client = self._client()
@@ -251,7 +268,8 @@ class RedisEventLog:
 # counter that is gone starts again from ARGV[5] (first_seq, less one). With ARGV[6] (a pub/sub
 # channel) the burst is published there too, last (an error before it published nothing), each
 # frame with its "seq", packed as channels-redis packs a group message (msgpack; Redis's
-# cmsgpack packs a Lua string as a msgpack str).
+# cmsgpack packs a Lua string as a msgpack str). It returns the last number and how many
+# subscribers heard the burst (-1: not published).
 APPEND_SCRIPT = """
 local count = tonumber(ARGV[3])
 redis.call('SET', KEYS[1], ARGV[5], 'NX')
@@ -269,10 +287,11 @@ end
 redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -tonumber(ARGV[1]) - 1)
 redis.call('EXPIRE', KEYS[2], ARGV[2])
 redis.call('EXPIRE', KEYS[1], ARGV[2])
+local heard = -1
 if ARGV[6] ~= '' then
-    redis.call('PUBLISH', ARGV[6], cmsgpack.pack({type = 'assistant.events', texts = texts}))
+    heard = redis.call('PUBLISH', ARGV[6], cmsgpack.pack({type = 'assistant.events', texts = texts}))
 end
-return last
+return {last, heard}
 """
 
 

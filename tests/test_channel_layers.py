@@ -179,7 +179,7 @@ async def test_a_lost_answer_to_the_publishing_script_sends_nothing_twice(
 
     try:
         carried = count_group_sends(monkeypatch)
-        monkeypatch.setattr(RedisEventLog, "append_many", lost)
+        monkeypatch.setattr(RedisEventLog, "_append_burst", lost)
         socket = await open_socket(plain_user)
         await send(socket, type="message", text="ping")
         assert await socket.receive_nothing(timeout=1.0)
@@ -214,7 +214,7 @@ async def test_a_burst_that_found_no_redis_connection_free_reaches_the_sockets_t
 
     try:
         carried = count_group_sends(monkeypatch)
-        monkeypatch.setattr(RedisEventLog, "append_many", no_connection)
+        monkeypatch.setattr(RedisEventLog, "_append_burst", no_connection)
         socket = await open_socket(plain_user)
         await send(socket, type="message", text="ping")
         frames = await receive_run(socket)

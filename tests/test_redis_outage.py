@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import subprocess
 import tempfile
@@ -87,3 +88,34 @@ async def test_a_run_started_while_redis_is_down_still_reaches_the_socket_that_s
     assert {frame["seq"] for frame in second} == {0}
     assert await Message.objects.filter(status="complete").acount() == 4
     assert await AuditEntry.objects.filter(operation="ping", decision="executed").acount() == 2
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_run_published_before_the_sockets_subscription_is_back_still_reaches_its_socket(
+    private_redis, open_socket, plain_user
+):
+    """The server's subscriptions are gone (as for up to a second after Redis restarts, until
+    the layer tries again): the log keeps and publishes the burst, but nobody hears it, so the
+    socket that started the run gets it straight, numbered, and once."""
+    socket = await open_socket(plain_user)
+    await send(socket, type="message", text="ping")
+    first = await receive_run(socket)
+    client = redis.Redis(port=int(private_redis.args[2]))
+    try:
+        # the subscriptions cannot come back (SUBSCRIBE denied) once their connections drop
+        client.acl_setuser("default", enabled=True, commands=["-subscribe"])
+        client.client_kill_filter(_type="pubsub")
+        deadline = time.monotonic() + 5
+        while client.pubsub_channels():  # gone once the server closed them
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+
+        await send(socket, type="message", text="ping", conversation=first[0]["threadId"])
+        second = await receive_run(socket)
+        client.acl_setuser("default", enabled=True, commands=["+subscribe"])
+        assert await socket.receive_nothing(timeout=1.5)  # nothing twice, once subscribed again
+    finally:
+        client.close()
+
+    assert kinds(second) == PING_RUN
+    assert all(frame["seq"] > 0 for frame in second)
