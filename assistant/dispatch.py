@@ -34,6 +34,7 @@ from .exceptions import (
     InvalidEntities,
     PermissionDenied,
     ToolFailed,
+    ToolHidden,
     ToolNotReady,
     ToolTimeout,
     ToolUnavailable,
@@ -122,6 +123,10 @@ class Outcome:
     audit_id: int | None = None
     duration_ms: float = 0.0
     reason: str = ""  # an answered action's: the approver's reason (and name, if not the requester)
+    # A hidden tool's refusal shows its caller what a missing operation shows; its audit entry
+    # keeps the truth: the tool's domain, risk and entities (redacted as the tool redacts them).
+    audit_tool: AssistantTool | None = None
+    audit_entities: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -162,7 +167,8 @@ def _audit_row(
     context: CallContext, outcome: Outcome, domain: str | None, conversation: Conversation | None
 ) -> int:
     user = context.user if context.user is not None and context.user.is_authenticated else None
-    tool = outcome.tool
+    tool = outcome.tool or outcome.audit_tool
+    entities = outcome.entities if outcome.audit_entities is None else outcome.audit_entities
     return AuditEntry.objects.create(
         user=user,
         username=user.get_username() if user is not None else "",
@@ -172,7 +178,7 @@ def _audit_row(
         domain=domain if domain is not None else (tool.domain if tool else ""),
         risk_level=tool.risk_level.value if tool else "",
         decision=outcome.audit_decision or outcome.decision,
-        entities=storable(outcome.entities),
+        entities=storable(entities),
         duration_ms=outcome.duration_ms,
         error=storable_text(outcome.error_summary),
         reason=storable_text(outcome.reason),
@@ -390,11 +396,30 @@ def authorize(call: Call) -> Outcome | None:
     if call.access is None:
         call.access = access_for(call.context.user)
     if denials(call.access, call.tool):
-        return call.stop(Decision.DENIED, refusal(call.access, call.tool, call.context.site))
+        error = refusal(call.access, call.tool, call.context.site)
+        if isinstance(error, ToolHidden) and call.action is None:
+            return hidden(call, error)
+        return call.stop(Decision.DENIED, error)
     ceiling = call.context.ceiling
     if ceiling is not None and not ceiling.allows(call.tool):
         return call.stop(Decision.DENIED, ceiling.refusal(call.tool))
     return None
+
+
+def hidden(call: Call, error: ToolHidden) -> Outcome:
+    """A refused tool its caller may not know of answers as a missing one: the same status, code,
+    text and entities (all redacted); only the audit entry says ``denied``, and of which tool.
+
+    A pending action's owner already knows its operation: confirming it is refused plainly.
+    """
+    tool, call.tool = call.tool, None
+    outcome = call.stop(Decision.UNKNOWN, UnknownOperation.named(call.operation))
+    call.tool = tool
+    outcome.error_summary = error.message
+    outcome.audit_decision = Decision.DENIED
+    outcome.audit_tool = tool
+    outcome.audit_entities = redacted_entities(tool, call.raw)
+    return outcome
 
 
 def authorize_instance(call: Call) -> Outcome | None:

@@ -48,6 +48,11 @@ class UnknownOperation(AssistantError, LookupError):
     code = "unknown_operation"
     status = 404
 
+    @classmethod
+    def named(cls, operation: str) -> UnknownOperation:
+        """The one answer for a name that is no tool of the caller's, missing or hidden alike."""
+        return cls(f"Unknown operation {operation!r}")
+
 
 class InvalidEntities(AssistantError, ValueError):
     """The call's entities do not match the tool's parameters."""
@@ -67,6 +72,12 @@ class PermissionDenied(AssistantError, DjangoPermissionDenied):
 
     code = "permission_denied"
     status = 403
+
+
+class ToolHidden(PermissionDenied):
+    """A refusal that would tell its caller a tool exists: callers are told it is unknown."""
+
+    code = "tool_hidden"  # only the audit's error column ever shows it
 
 
 class AccountInactive(PermissionDenied):

@@ -27,8 +27,15 @@ from .exceptions import AssistantError, CredentialLapsed, CutShort, ReplyNotStor
 from .lifecycle import ToolSession
 from .liveness import reply_id
 from .models import Conversation, Message
-from .redaction import redact_data, redact_text, redacted, sensitive_values, unfinished_secret
-from .registry import ToolRegistry, registry
+from .permissions import aaccess_for, hidden_from
+from .redaction import (
+    redact_data,
+    redact_text,
+    redacted_entities,
+    sensitive_values,
+    unfinished_secret,
+)
+from .registry import AssistantTool, ToolRegistry, registry
 from .runner import Hygiene
 from .tokens import Ceiling
 
@@ -332,6 +339,14 @@ class Turn:
             await self.emit(events.tool_call_args(tool_call_id, arguments))
         await self.emit(events.tool_call_end(tool_call_id))
 
+    async def known_tool(self, operation: str) -> AssistantTool | None:
+        """The tool ``operation`` names, unless it is hidden from this user: its arguments are then
+        shown as a missing operation's are (all redacted), as dispatch will answer it."""
+        tool = self.site.find(operation)
+        if tool is not None and hidden_from(await aaccess_for(self.user), tool, self.site):
+            return None
+        return tool
+
     async def propose_client_call(self, tool_call_id: str, name: str, arguments: str) -> None:
         """Stream a call of one of the client's own tools: the client runs it, not dispatch."""
         await self.announce_call(tool_call_id, name, arguments)
@@ -380,11 +395,12 @@ class Turn:
         tool_call_id = tool_call_id or f"call_{uuid.uuid4().hex[:16]}"
         self.identify(operation, entities)
         if not announced:
+            tool = await self.known_tool(operation)
             encoded = too_large(entities)
             if encoded is None:
-                shown = redacted(operation, entities, self.site)
+                shown = redacted_entities(tool, entities)
             else:  # (dispatch refuses it: only its digest and preview are shown, as stored)
-                shown = kept_instead(self.site.find(operation), entities, encoded)
+                shown = kept_instead(tool, entities, encoded)
             await self.announce_call(tool_call_id, operation, json.dumps(shown))
         then = None if reply is None else functools.partial(self._store_ahead, tool_call_id, reply)
         try:
