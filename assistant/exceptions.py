@@ -6,6 +6,7 @@ from collections.abc import Mapping
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.db import InterfaceError, OperationalError
 
 
 class AssistantError(Exception):
@@ -174,6 +175,29 @@ class ToolUnavailable(AssistantError):
 
     code = "unavailable"
     status = 503
+
+
+class DatabaseUnavailable(AssistantError):
+    """The database cannot be reached right now; try again in a moment."""
+
+    code = "database_unavailable"
+    status = 503
+    retry_after = 5  # seconds: every surface's Retry-After
+
+
+def outage(exc: BaseException) -> DatabaseUnavailable | None:
+    """The ``DatabaseUnavailable`` an error stands for when the database is down or its
+    connection lost (``OperationalError``, ``InterfaceError``, or one raised from them); else None."""
+    seen: BaseException | None = exc
+    for _ in range(10):  # (a chain of causes, bounded)
+        if seen is None:
+            return None
+        if isinstance(seen, DatabaseUnavailable):
+            return seen
+        if isinstance(seen, OperationalError | InterfaceError):
+            return DatabaseUnavailable()
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 class UnsafeDatabaseRole(AssistantError, ImproperlyConfigured):

@@ -51,6 +51,7 @@ from ..exceptions import (
     InvalidToken,
     SessionRequired,
     UnknownTokenOperations,
+    outage,
 )
 from ..jobs import cancel_job, job_for
 from ..models import (
@@ -216,9 +217,13 @@ def error_body(code: str, detail: Any, errors: Any = None) -> dict[str, Any]:
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     """Every error as JSON with a stable ``code``; never an HTML page, never a bare 500."""
+    exc = outage(exc) or exc  # the database down: 503 database_unavailable, not a 500
     if isinstance(exc, AssistantError):
+        retry_after = getattr(exc, "retry_after", None)
         return Response(
-            error_body(exc.code, exc.message, getattr(exc, "errors", None)), status=exc.status
+            error_body(exc.code, exc.message, getattr(exc, "errors", None)),
+            status=exc.status,
+            headers={"Retry-After": str(retry_after)} if retry_after else None,
         )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
