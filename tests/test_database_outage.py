@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import requests
+from mcp import Client, StdioServerParameters
 from websockets.asyncio.client import connect
 from websockets.typing import Origin
 
@@ -67,8 +68,8 @@ def cluster() -> Iterator[Cluster]:
 
 
 @pytest.fixture
-def served(cluster: Cluster, tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
-    """The test project under uvicorn on the private cluster, migrated, with one user's keys."""
+def project(cluster: Cluster) -> tuple[dict[str, str], dict[str, str]]:
+    """The test project's environment on the private cluster, migrated, and one user's keys."""
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "tests.settings",
@@ -77,6 +78,15 @@ def served(cluster: Cluster, tmp_path: Path) -> Iterator[tuple[str, dict[str, st
     }
     django(env, "migrate", "--noinput", "-v", "0")
     keys = json.loads(django(env, "shell", "-c", SEED).strip().splitlines()[-1])
+    return env, keys
+
+
+@pytest.fixture
+def served(
+    project: tuple[dict[str, str], dict[str, str]], tmp_path: Path
+) -> Iterator[tuple[str, dict[str, str]]]:
+    """The project under uvicorn on the private cluster, and the user's keys."""
+    env, keys = project
     port = free_port()
     log = tmp_path / "uvicorn.log"
     with log.open("wb") as output:
@@ -181,3 +191,22 @@ def test_a_database_outage_is_503_database_unavailable_on_every_surface(served, 
         "AG-UI": UNAVAILABLE,
         "MCP": UNAVAILABLE,
     }, frames
+
+
+async def test_an_mcp_tool_call_under_way_in_an_outage_is_an_error_result_with_the_code(
+    project, cluster
+):
+    env, _ = project
+    server = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "django", "assistant_mcp", "--user", "ops"],
+        env=env,
+        cwd=str(ROOT),
+    )
+    async with Client(server, mode="legacy") as client:  # (stdio: no request to sign in)
+        assert not (await client.call_tool("ping", {})).is_error
+        await asyncio.to_thread(cluster.crash)
+        refused = await client.call_tool("ping", {})
+
+    assert refused.is_error
+    assert refused.structured_content == {"code": "database_unavailable", "retry_after": 5}

@@ -172,6 +172,7 @@ ERROR_RESPONSES = {
     "403": "Refused: a missing permission, or a session request without its CSRF token",
     "404": "No such object of yours (or no such page)",
     "429": "Too many requests: wait `Retry-After` seconds",
+    "503": "The database cannot be reached (`database_unavailable`): wait `Retry-After` seconds",
 }
 
 
