@@ -397,8 +397,10 @@ def authorize(call: Call) -> Outcome | None:
         call.access = access_for(call.context.user)
     if denials(call.access, call.tool):
         error = refusal(call.access, call.tool, call.context.site)
-        if isinstance(error, ToolHidden) and call.action is None:
-            return hidden(call, error)
+        if isinstance(error, ToolHidden):
+            if call.action is None:
+                return hidden(call, error)
+            error = PermissionDenied(error.message)  # (its owner knows the action's operation)
         return call.stop(Decision.DENIED, error)
     ceiling = call.context.ceiling
     if ceiling is not None and not ceiling.allows(call.tool):

@@ -27,7 +27,7 @@ from .exceptions import AssistantError, CredentialLapsed, CutShort, ReplyNotStor
 from .lifecycle import ToolSession
 from .liveness import reply_id
 from .models import Conversation, Message
-from .permissions import aaccess_for, hidden_from
+from .permissions import access_for, hidden_from
 from .redaction import (
     redact_data,
     redact_text,
@@ -223,6 +223,9 @@ class Turn:
         self.hygiene: Hygiene | None = None  # the lane's, when the turn runs on one
         self.planned: Any = None  # what the planner made ahead, in the turn's first hop
         self._ahead: Ahead | None = None  # the reply, if stored in its last call's hop
+        # the operations its planner offered a model (None: the keyword planner, which plans
+        # only the user's tools and those whose refusal may name them)
+        self.offered: frozenset[str] | None = None
         # AG-UI client tools: the client's own (offered by the LLM planner, never dispatched),
         # the results it sends for the ones the last run called, and the ones this run calls
         self.client_tools: tuple[ClientTool, ...] = ()
@@ -343,9 +346,14 @@ class Turn:
         """The tool ``operation`` names, unless it is hidden from this user: its arguments are then
         shown as a missing operation's are (all redacted), as dispatch will answer it."""
         tool = self.site.find(operation)
-        if tool is not None and hidden_from(await aaccess_for(self.user), tool, self.site):
-            return None
-        return tool
+        if tool is None or self.offered is None or operation in self.offered:
+            return tool
+        # a model's call outside its catalog (rare): one hop to ask, object permissions too
+        hidden = await sync_to_async(self._hides)(tool)
+        return None if hidden else tool
+
+    def _hides(self, tool: AssistantTool) -> bool:
+        return hidden_from(access_for(self.user), tool, self.site)
 
     async def propose_client_call(self, tool_call_id: str, name: str, arguments: str) -> None:
         """Stream a call of one of the client's own tools: the client runs it, not dispatch."""

@@ -29,6 +29,7 @@ from tests.test_agui_http import run_input
 from tests.test_channel_layers import ROOT, free_port, wait_until_listening
 from tests.test_mcp_fuzz import MODERN, envelope
 
+pytestmark = pytest.mark.slow  # a cluster, a migration and a server of its own (~30 s)
 WAIT = 20
 
 SEED = """
