@@ -19,17 +19,18 @@ from typing import Any
 
 import pytest
 import requests
+from django.db import IntegrityError, InterfaceError, OperationalError
 from mcp import Client, StdioServerParameters
 from websockets.asyncio.client import connect
 from websockets.typing import Origin
 
+from assistant.exceptions import ReplyNotStored, outage
 from tests.mcp_clients import server_command
 from tests.outage import Cluster, private_postgres
 from tests.test_agui_http import run_input
 from tests.test_channel_layers import ROOT, free_port, wait_until_listening
 from tests.test_mcp_fuzz import MODERN, envelope
 
-pytestmark = pytest.mark.slow  # a cluster, a migration and a server of its own (~30 s)
 WAIT = 20
 
 SEED = """
@@ -171,6 +172,7 @@ async def chat(host: str, keys: dict[str, str], cluster: Cluster) -> list[dict[s
         return frames
 
 
+@pytest.mark.slow  # a cluster, a migration and a server of its own (~30 s)
 def test_a_database_outage_is_503_database_unavailable_on_every_surface(served, cluster):
     host, keys = served
     assert rest(host, keys, "dispatch/", {"operation": "ping"}).status_code == 200  # (it is up)
@@ -194,6 +196,7 @@ def test_a_database_outage_is_503_database_unavailable_on_every_surface(served, 
     }, frames
 
 
+@pytest.mark.slow
 async def test_an_mcp_tool_call_under_way_in_an_outage_is_an_error_result_with_the_code(
     project, cluster
 ):
@@ -211,3 +214,48 @@ async def test_an_mcp_tool_call_under_way_in_an_outage_is_an_error_result_with_t
 
     assert refused.is_error
     assert refused.structured_content == {"code": "database_unavailable", "retry_after": 5}
+
+
+# -- what counts as an outage --------------------------------------------------------------------
+
+
+def raised_while_handling(cause: BaseException, error: BaseException) -> BaseException:
+    try:
+        try:
+            raise cause
+        except type(cause):
+            raise error  # noqa: B904  (as code that handles the first does: implicitly chained)
+    except type(error) as caught:
+        return caught
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        OperationalError("connection refused"),
+        InterfaceError("connection already closed"),
+        raised_while_handling(OperationalError("gone"), RuntimeError("while cleaning up")),
+    ],
+    ids=["operational", "interface", "chained"],
+)
+def test_a_lost_database_is_database_unavailable(error):
+    unavailable = outage(error)
+
+    assert unavailable is not None
+    assert (unavailable.code, unavailable.status, unavailable.retry_after) == (
+        "database_unavailable",
+        503,
+        5,
+    )
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        IntegrityError("duplicate key"),
+        raised_while_handling(OperationalError("gone"), ReplyNotStored()),
+    ],
+    ids=["not an outage", "an error of ours that says more"],
+)
+def test_other_errors_keep_their_own_answer(error):
+    assert outage(error) is None
