@@ -11,7 +11,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
-from assistant.models import AccessToken, Message, PendingAction
+from assistant.models import AccessToken, Conversation, Job, Message, PendingAction
 from tests.clients import API, client_for
 from tests.test_approval_policies import approvals, ask, audit, policies, status_of
 from tests.testapp.models import Order
@@ -123,6 +123,35 @@ def test_a_token_form_may_repeat_its_list_field(reader):
 
     assert response.status_code == 201, response.content
     assert sorted(AccessToken.objects.get().operations) == ["list_orders", "show_report"]
+
+
+@pytest.mark.django_db
+def test_an_html_form_holding_only_its_csrf_field_cancels_a_job(plain_user):
+    job = Job.objects.create(operation="start_job", function="f.g", user=plain_user)
+    client, token = browser(plain_user)
+
+    response = client.post(
+        f"{API}/jobs/{job.pk}/cancel/", f"csrfmiddlewaretoken={token}", content_type=FORM
+    )
+
+    assert response.status_code == 200, response.content
+    assert Job.objects.get(pk=job.pk).status == "cancelled"
+
+
+@pytest.mark.django_db
+def test_htmx_renames_a_conversation_with_a_form_encoded_patch(plain_user):
+    conversation = Conversation.objects.create(user=plain_user, title="Old")
+    client, token = browser(plain_user)
+
+    response = client.patch(
+        f"{API}/conversations/{conversation.pk}/",
+        "title=Month+end",
+        content_type=FORM,
+        headers={"X-CSRFToken": token, "HX-Request": "true"},
+    )
+
+    assert response.status_code == 200, response.content
+    assert Conversation.objects.get(pk=conversation.pk).title == "Month end"
 
 
 @pytest.mark.django_db
