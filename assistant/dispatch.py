@@ -409,11 +409,8 @@ def authorize(call: Call) -> Outcome | None:
 
 
 def hidden(call: Call, error: ToolHidden) -> Outcome:
-    """A refused tool its caller may not know of answers as a missing one: the same status, code,
-    text and entities (all redacted); only the audit entry says ``denied``, and of which tool.
-
-    A pending action's owner already knows its operation: confirming it is refused plainly.
-    """
+    """A refused tool its caller may not know of answers as a missing one (status, code, text,
+    entities all redacted); only the audit entry says ``denied``, and of which tool."""
     tool, call.tool = call.tool, None
     outcome = call.stop(Decision.UNKNOWN, UnknownOperation.named(call.operation))
     call.tool = tool

@@ -187,12 +187,9 @@ class DatabaseUnavailable(AssistantError):
 
 def outage(exc: BaseException) -> DatabaseUnavailable | None:
     """The ``DatabaseUnavailable`` an error stands for when the database is down or its
-    connection lost (``OperationalError``, ``InterfaceError``, or one raised from them); else None.
-
-    An error of ours keeps its own answer (``reply_not_stored`` says more: the message is saved).
-    """
+    connection lost (``OperationalError``, ``InterfaceError``, or one raised from them); else None."""
     if isinstance(exc, AssistantError) and not isinstance(exc, DatabaseUnavailable):
-        return None
+        return None  # an error of ours says more (reply_not_stored: the message is saved)
     seen: BaseException | None = exc
     for _ in range(10):  # (a chain of causes, bounded)
         if seen is None:
