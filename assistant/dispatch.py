@@ -48,7 +48,7 @@ from .lifecycle import (
     process_session,
 )
 from .models import AuditEntry, Conversation, PendingAction
-from .permissions import UserAccess, access_for, cached_access, denials, refusal
+from .permissions import UserAccess, access_for, cached_access, denials, hidden_from, refusal
 from .redaction import redact_text, redacted_entities, sensitive_values
 from .registry import (
     PREVIEW_KINDS,
@@ -452,14 +452,27 @@ def within_bounds(call: Call) -> Outcome | None:
         return None
     tool = call.tool or call.context.site.find(call.operation)
     kept = kept_instead(tool, call.raw, encoded)
+    # a tool hidden from the caller: its preview is redacted as a missing operation's is
+    shown = kept_instead(None, call.raw, encoded) if _hides(call, tool) else kept
     call.raw = {}
     operation = call.operation if isinstance(call.operation, str) else ""
     limit = assistant_settings.MAX_TOOL_ARGUMENT_BYTES
     outcome = call.stop(
         Decision.INVALID, ArgumentsTooLarge(len(encoded), limit, operation=operation[:64])
     )
-    outcome.entities = kept
+    outcome.entities = shown
+    outcome.audit_entities = kept
     return outcome
+
+
+def _hides(call: Call, tool: AssistantTool | None) -> bool:
+    """Whether ``tool`` is one the caller is told does not exist (a pending action's owner knows
+    its operation; an allowed call's snapshot is at hand, a refused one is decided off the loop)."""
+    if tool is None or call.action is not None:
+        return False
+    if call.access is None:
+        call.access = access_for(call.context.user)
+    return hidden_from(call.access, tool, call.context.site)
 
 
 # Bounded first (nothing of a huge call is copied, not even into the audit of a refusal), then

@@ -68,6 +68,42 @@ def test_over_rest_a_hidden_tool_and_a_missing_one_get_the_same_404(reader):
 
 
 @pytest.mark.django_db
+def test_over_rest_arguments_too_large_for_a_hidden_tool_look_as_for_a_missing_one(
+    reader, settings
+):
+    settings.ASSISTANT = {**settings.ASSISTANT, "MAX_TOOL_ARGUMENT_BYTES": 1_000}
+    client = client_for(reader)
+    huge = {"label": "a", "secret": "b", "note": "x" * 2_000}
+
+    hidden = dispatch_call(client, HIDDEN, **huge)
+    missing = dispatch_call(client, MISSING, **huge)
+
+    assert hidden.status_code == missing.status_code == 400
+    assert hidden.json()["code"] == "arguments_too_large"
+    assert same_shape(hidden.json(), HIDDEN) == same_shape(missing.json(), MISSING)
+    # the audit keeps the preview as the tool redacts it
+    assert '"label": "a"' in AuditEntry.objects.get(operation=HIDDEN).entities["preview"]
+
+
+@pytest.mark.django_db
+def test_in_a_chat_turn_arguments_too_large_for_a_hidden_tool_look_as_for_a_missing_one(
+    use_llm, reader, settings
+):
+    peer = use_llm()
+    settings.ASSISTANT = {**settings.ASSISTANT, "MAX_TOOL_ARGUMENT_BYTES": 1_000}
+    huge = {"label": "a", "secret": "b", "note": "x" * 2_000}
+    for operation in (HIDDEN, MISSING):
+        peer.script(tool_calls(call(operation, huge)), text("Done."))
+
+    turns = [run_turn(reader, "keep a secret"), run_turn(reader, "keep a secret")]
+
+    hidden, missing = (json.loads(fed_back(peer, n)) for n in (1, 3))
+    assert same_shape(hidden, HIDDEN) == same_shape(missing, MISSING)
+    shown = [turn.assistant_message.tool_calls for turn in turns]
+    assert same_shape(shown[0], HIDDEN) == same_shape(shown[1], MISSING)
+
+
+@pytest.mark.django_db
 def test_a_tool_of_a_domain_one_works_in_still_names_what_it_needs(reader):
     refused = dispatch_call(client_for(reader), "cancel_order", order_id=1)
 
