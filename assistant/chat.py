@@ -42,6 +42,7 @@ from .exceptions import (
     InvalidTitle,
     MessageNotStored,
     TurnInProgress,
+    outage,
 )
 from .lifecycle import ToolSession, new_session
 from .models import AuditEntry, Conversation, Job, Message, PendingAction
@@ -868,6 +869,10 @@ def _refusal(exc: Exception, request: Request) -> AssistantError:
     """What the client is told when a turn cannot start (nothing was stored)."""
     if isinstance(exc, AssistantError):
         return exc
+    unavailable = outage(exc)
+    if unavailable is not None:
+        logger.warning("A turn could not start: the database is unavailable (%s)", exc)
+        return unavailable
     if isinstance(request, ActionAnswer | Resumption):
         logger.exception("Starting a decision turn failed", exc_info=exc)
         return AssistantError(FRAME_FAILED, code="internal_error")

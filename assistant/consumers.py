@@ -46,8 +46,8 @@ from .exceptions import (
     FrameTooLarge,
     MissingField,
     NothingToCancel,
-    Throttled,
     UnknownFrameType,
+    outage,
 )
 from .jobs import job_relay
 from .lifecycle import ToolSession, bind_process_session, new_session
@@ -223,9 +223,14 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         except CredentialLapsed as exc:
             await self.sign_out(exc)
         except AssistantError as exc:
-            await self.send_error(exc.code, exc.message)
-        except Exception:
+            await self.send_refusal(exc)
+        except Exception as exc:
             # One bad moment must not cost the user the connection (and its other tabs' view).
+            unavailable = outage(exc)
+            if unavailable is not None:
+                logger.warning("A websocket frame found the database unavailable: %s", exc)
+                await self.send_refusal(unavailable)
+                return
             logger.exception("Handling a websocket frame failed")
             await self.send_error("internal_error", "Something went wrong; please try again.")
 
@@ -315,6 +320,14 @@ class AssistantConsumer(AsyncWebsocketConsumer):
             run_id=None,
         )
         await self.send_frame(frame)
+
+    async def send_refusal(self, refused: AssistantError) -> None:
+        """An error frame for a refusal; one to retry later (throttled, the database down) says
+        when (``retry_after``, seconds)."""
+        if hasattr(refused, "retry_after"):
+            await self.send_error(refused.code, refused.message, retry_after=refused.retry_after)
+        else:
+            await self.send_error(refused.code, refused.message)
 
     async def refuse_without_layer(self) -> None:
         logger.error("The chat websocket needs CHANNEL_LAYERS; none is configured: socket closed")
@@ -432,12 +445,10 @@ class AssistantConsumer(AsyncWebsocketConsumer):
                     await self.watch(conversation)
                 except Exception:  # (the client was told: not_subscribed)
                     logger.exception("Joining a turn's conversation failed; the turn goes on")
-        except Throttled as refused:
-            await self.send_error(refused.code, refused.message, retry_after=refused.retry_after)
         except CredentialLapsed as refused:
             await self.sign_out(refused)
         except AssistantError as refused:
-            await self.send_error(refused.code, refused.message)
+            await self.send_refusal(refused)
 
     async def sign_out(self, lapse: CredentialLapsed) -> None:
         """The socket's session ended: say so (its code), then close as unauthenticated."""

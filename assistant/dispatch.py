@@ -34,6 +34,7 @@ from .exceptions import (
     InvalidEntities,
     PermissionDenied,
     ToolFailed,
+    ToolHidden,
     ToolNotReady,
     ToolTimeout,
     ToolUnavailable,
@@ -47,7 +48,7 @@ from .lifecycle import (
     new_session,
 )
 from .models import AuditEntry, Conversation, PendingAction
-from .permissions import UserAccess, access_for, cached_access, denials, refusal
+from .permissions import UserAccess, access_for, cached_access, denials, hidden_from, refusal
 from .redaction import redact_text, redacted_entities, sensitive_values
 from .registry import (
     PREVIEW_KINDS,
@@ -129,6 +130,10 @@ class Outcome:
     audit_id: int | None = None
     duration_ms: float = 0.0
     reason: str = ""  # an answered action's: the approver's reason (and name, if not the requester)
+    # A hidden tool's refusal shows its caller what a missing operation shows; its audit entry
+    # keeps the truth: the tool's domain, risk and entities (redacted as the tool redacts them).
+    audit_tool: AssistantTool | None = None
+    audit_entities: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -169,7 +174,8 @@ def _audit_row(
     context: CallContext, outcome: Outcome, domain: str | None, conversation: Conversation | None
 ) -> int:
     user = context.user if context.user is not None and context.user.is_authenticated else None
-    tool = outcome.tool
+    tool = outcome.tool or outcome.audit_tool
+    entities = outcome.entities if outcome.audit_entities is None else outcome.audit_entities
     return AuditEntry.objects.create(
         user=user,
         username=user.get_username() if user is not None else "",
@@ -179,7 +185,7 @@ def _audit_row(
         domain=domain if domain is not None else (tool.domain if tool else ""),
         risk_level=tool.risk_level.value if tool else "",
         decision=outcome.audit_decision or outcome.decision,
-        entities=storable(outcome.entities),
+        entities=storable(entities),
         duration_ms=outcome.duration_ms,
         error=storable_text(outcome.error_summary),
         reason=storable_text(outcome.reason),
@@ -397,11 +403,29 @@ def authorize(call: Call) -> Outcome | None:
     if call.access is None:
         call.access = access_for(call.context.user)
     if denials(call.access, call.tool):
-        return call.stop(Decision.DENIED, refusal(call.access, call.tool, call.context.site))
+        error = refusal(call.access, call.tool, call.context.site)
+        if isinstance(error, ToolHidden):
+            if call.action is None:
+                return hidden(call, error)
+            error = PermissionDenied(error.message)  # (its owner knows the action's operation)
+        return call.stop(Decision.DENIED, error)
     ceiling = call.context.ceiling
     if ceiling is not None and not ceiling.allows(call.tool):
         return call.stop(Decision.DENIED, ceiling.refusal(call.tool))
     return None
+
+
+def hidden(call: Call, error: ToolHidden) -> Outcome:
+    """A refused tool its caller may not know of answers as a missing one (status, code, text,
+    entities all redacted); only the audit entry says ``denied``, and of which tool."""
+    tool, call.tool = call.tool, None
+    outcome = call.stop(Decision.UNKNOWN, UnknownOperation.named(call.operation))
+    call.tool = tool
+    outcome.error_summary = error.message
+    outcome.audit_decision = Decision.DENIED
+    outcome.audit_tool = tool
+    outcome.audit_entities = redacted_entities(tool, call.raw)
+    return outcome
 
 
 def authorize_instance(call: Call) -> Outcome | None:
@@ -435,14 +459,27 @@ def within_bounds(call: Call) -> Outcome | None:
         return None
     tool = call.tool or call.context.site.find(call.operation)
     kept = kept_instead(tool, call.raw, encoded)
+    # a tool hidden from the caller: its preview is redacted as a missing operation's is
+    shown = kept_instead(None, call.raw, encoded) if _hides(call, tool) else kept
     call.raw = {}
     operation = call.operation if isinstance(call.operation, str) else ""
     limit = assistant_settings.MAX_TOOL_ARGUMENT_BYTES
     outcome = call.stop(
         Decision.INVALID, ArgumentsTooLarge(len(encoded), limit, operation=operation[:64])
     )
-    outcome.entities = kept
+    outcome.entities = shown
+    outcome.audit_entities = kept
     return outcome
+
+
+def _hides(call: Call, tool: AssistantTool | None) -> bool:
+    """Whether ``tool`` is one the caller is told does not exist (a pending action's owner knows
+    its operation; an allowed call's snapshot is at hand, a refused one is decided off the loop)."""
+    if tool is None or call.action is not None:
+        return False
+    if call.access is None:
+        call.access = access_for(call.context.user)
+    return hidden_from(call.access, tool, call.context.site)
 
 
 # Bounded first (nothing of a huge call is copied, not even into the audit of a refusal), then

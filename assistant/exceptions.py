@@ -6,6 +6,7 @@ from collections.abc import Mapping
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.db import InterfaceError, OperationalError
 
 
 class AssistantError(Exception):
@@ -48,6 +49,11 @@ class UnknownOperation(AssistantError, LookupError):
     code = "unknown_operation"
     status = 404
 
+    @classmethod
+    def named(cls, operation: str) -> UnknownOperation:
+        """The one answer for a name that is no tool of the caller's, missing or hidden alike."""
+        return cls(f"Unknown operation {operation!r}")
+
 
 class InvalidEntities(AssistantError, ValueError):
     """The call's entities do not match the tool's parameters."""
@@ -67,6 +73,12 @@ class PermissionDenied(AssistantError, DjangoPermissionDenied):
 
     code = "permission_denied"
     status = 403
+
+
+class ToolHidden(PermissionDenied):
+    """A refusal that would tell its caller a tool exists: callers are told it is unknown."""
+
+    code = "tool_hidden"  # only the audit's error column ever shows it
 
 
 class AccountInactive(PermissionDenied):
@@ -170,6 +182,31 @@ class ToolUnavailable(AssistantError):
 
     code = "unavailable"
     status = 503
+
+
+class DatabaseUnavailable(AssistantError):
+    """The database cannot be reached right now; try again in a moment."""
+
+    code = "database_unavailable"
+    status = 503
+    retry_after = 5  # seconds: every surface's Retry-After
+
+
+def outage(exc: BaseException) -> DatabaseUnavailable | None:
+    """The ``DatabaseUnavailable`` an error stands for when the database is down or its
+    connection lost (``OperationalError``, ``InterfaceError``, or one raised from them); else None."""
+    if isinstance(exc, AssistantError) and not isinstance(exc, DatabaseUnavailable):
+        return None  # an error of ours says more (reply_not_stored: the message is saved)
+    seen: BaseException | None = exc
+    for _ in range(10):  # (a chain of causes, bounded)
+        if seen is None:
+            return None
+        if isinstance(seen, DatabaseUnavailable):
+            return seen
+        if isinstance(seen, OperationalError | InterfaceError):
+            return DatabaseUnavailable()
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 class UnsafeDatabaseRole(AssistantError, ImproperlyConfigured):

@@ -51,7 +51,7 @@ from .catalog import visible_tools
 from .conf import assistant_settings
 from .confirmation import acancel_action, aconfirm_action
 from .dispatch import CallContext, Decision, DispatchCancelled, Outcome, adispatch
-from .exceptions import AssistantError
+from .exceptions import AssistantError, DatabaseUnavailable, outage
 from .mcp_sessions import CappedSessionManager
 from .models import Job, PendingAction
 from .permissions import reread_access
@@ -534,6 +534,21 @@ def build_server(*, site: ToolRegistry = registry, lifespan: Any = None) -> Serv
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
+        try:
+            return await called(ctx, params)
+        except Exception as exc:
+            unavailable = outage(exc)
+            if unavailable is None:
+                raise
+            return text_result(
+                f"{unavailable.message} [{unavailable.code}]",
+                data={"code": unavailable.code, "retry_after": unavailable.retry_after},
+                error=True,
+            )
+
+    async def called(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
         caller = caller_of(ctx)
         context = CallContext(
             user=caller.user,
@@ -675,6 +690,11 @@ def refused(status: int, code: str, detail: str, **headers: str) -> HttpResponse
     return response
 
 
+def unavailable_response(exc: DatabaseUnavailable) -> HttpResponse:
+    """The 503 every surface answers while the database is down."""
+    return refused(exc.status, exc.code, exc.message, Retry_After=str(exc.retry_after))
+
+
 def origin_allowed(request: HttpRequest) -> bool:
     """A browser's cross-site request is refused (DNS rebinding); the host rules are Django's own."""
     origin = request.headers.get("Origin")
@@ -713,7 +733,12 @@ async def serve(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
         )
     try:
         bearer = await aauthenticate_bearer(key, resource=oauth.resource_of(request))
-    except AssistantError as exc:
+    except Exception as exc:
+        unavailable = outage(exc)
+        if unavailable is not None:
+            return unavailable_response(unavailable)
+        if not isinstance(exc, AssistantError):
+            raise
         return refused(
             401,
             exc.code,

@@ -20,7 +20,7 @@ from rest_framework.permissions import BasePermission
 
 from .compiled import rows_for
 from .conf import assistant_settings
-from .exceptions import AccountInactive, PermissionDenied
+from .exceptions import AccountInactive, PermissionDenied, ToolHidden
 from .models import Tool
 from .registry import AssistantTool, PermissionCheck, ToolRegistry, registry
 
@@ -524,18 +524,24 @@ def refusal(
     access: UserAccess, tool: AssistantTool, site: ToolRegistry = registry
 ) -> PermissionDenied:
     """What a user refused ``tool`` is told: a deactivated account says so; a tool whose existence
-    is no secret to them (``discloses``) names what it needs in human words."""
+    is no secret to them (``discloses``) names what it needs in human words; any other is
+    ``ToolHidden``, which dispatch answers as a missing operation."""
     reasons = denials(access, tool)
     if INACTIVE in reasons:
         return AccountInactive()
     missing = missing_permissions(reasons)
     if not missing or not discloses(access, tool, site):
-        return PermissionDenied(f"You do not have permission to use {tool.operation}.")
+        return ToolHidden(f"You do not have permission to use {tool.operation}.")
     names = [f"“{permission_name(perm)}”" for perm in missing]
     joined = " or ".join(names) if tool.permission_mode == "any" else " and ".join(names)
     return PermissionDenied(
         f"You can't use {tool.operation}: it needs {joined}. Ask an operator for it."
     )
+
+
+def hidden_from(access: UserAccess, tool: AssistantTool, site: ToolRegistry = registry) -> bool:
+    """Whether ``tool`` is one this user is told does not exist (its refusal is ``ToolHidden``)."""
+    return bool(denials(access, tool)) and isinstance(refusal(access, tool, site), ToolHidden)
 
 
 def session_user_is_inactive(session: Any) -> bool:

@@ -378,7 +378,7 @@ class ToolRegistry:
         try:
             return self._tools[operation]
         except (KeyError, TypeError):
-            raise UnknownOperation(f"Unknown operation {operation!r}") from None
+            raise UnknownOperation.named(operation) from None
 
     def _cached(self, key: str, build: Callable[[], Any]) -> Any:
         try:

@@ -27,8 +27,15 @@ from .exceptions import AssistantError, CredentialLapsed, CutShort, ReplyNotStor
 from .lifecycle import ToolSession
 from .liveness import reply_id
 from .models import Conversation, Message
-from .redaction import redact_data, redact_text, redacted, sensitive_values, unfinished_secret
-from .registry import ToolRegistry, registry
+from .permissions import access_for, hidden_from
+from .redaction import (
+    redact_data,
+    redact_text,
+    redacted_entities,
+    sensitive_values,
+    unfinished_secret,
+)
+from .registry import AssistantTool, ToolRegistry, registry
 from .runner import Hygiene
 from .tokens import Ceiling
 
@@ -219,6 +226,9 @@ class Turn:
         self.hygiene: Hygiene | None = None  # the lane's, when the turn runs on one
         self.planned: Any = None  # what the planner made ahead, in the turn's first hop
         self._ahead: Ahead | None = None  # the reply, if stored in its last call's hop
+        # the operations its planner offered a model (None: the keyword planner, which plans
+        # only the user's tools and those whose refusal may name them)
+        self.offered: frozenset[str] | None = None
         # AG-UI client tools: the client's own (offered by the LLM planner, never dispatched),
         # the results it sends for the ones the last run called, and the ones this run calls
         self.client_tools: tuple[ClientTool, ...] = ()
@@ -336,6 +346,19 @@ class Turn:
             await self.emit(events.tool_call_args(tool_call_id, arguments))
         await self.emit(events.tool_call_end(tool_call_id))
 
+    async def known_tool(self, operation: str) -> AssistantTool | None:
+        """The tool ``operation`` names, unless it is hidden from this user: its arguments are then
+        shown as a missing operation's are (all redacted), as dispatch will answer it."""
+        tool = self.site.find(operation)
+        if tool is None or self.offered is None or operation in self.offered:
+            return tool
+        # a model's call outside its catalog (rare): one hop to ask, object permissions too
+        hidden = await sync_to_async(self._hides)(tool)
+        return None if hidden else tool
+
+    def _hides(self, tool: AssistantTool) -> bool:
+        return hidden_from(access_for(self.user), tool, self.site)
+
     async def propose_client_call(self, tool_call_id: str, name: str, arguments: str) -> None:
         """Stream a call of one of the client's own tools: the client runs it, not dispatch."""
         await self.announce_call(tool_call_id, name, arguments)
@@ -385,11 +408,12 @@ class Turn:
         tool_call_id = tool_call_id or f"call_{uuid.uuid4().hex[:16]}"
         self.identify(operation, entities)
         if not announced:
+            tool = await self.known_tool(operation)
             encoded = too_large(entities)
             if encoded is None:
-                shown = redacted(operation, entities, self.site)
+                shown = redacted_entities(tool, entities)
             else:  # (dispatch refuses it: only its digest and preview are shown, as stored)
-                shown = kept_instead(self.site.find(operation), entities, encoded)
+                shown = kept_instead(tool, entities, encoded)
             await self.announce_call(tool_call_id, operation, json.dumps(shown))
         then = None if reply is None else functools.partial(self._store_ahead, tool_call_id, reply)
         try:

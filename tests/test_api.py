@@ -414,13 +414,15 @@ def test_dispatch_missing_required_entity_is_400(plain_user: Any) -> None:
 
 
 @pytest.mark.django_db
-def test_dispatch_of_a_tool_outside_your_catalog_is_403(plain_user: Any) -> None:
+def test_dispatch_of_a_tool_of_a_domain_you_have_no_part_in_is_404_as_a_missing_one(
+    plain_user: Any,
+) -> None:
     response = dispatch_call(client_for(plain_user), "list_orders")
 
-    assert response.status_code == 403
+    assert response.status_code == 404
     body = response.json()
-    assert body["code"] == "permission_denied"
-    assert body["decision"] == "denied"
+    assert body["code"] == "unknown_operation"
+    assert body["decision"] == "unknown"
     entry = AuditEntry.objects.get()
     assert (entry.operation, entry.decision) == ("list_orders", "denied")
 

@@ -78,6 +78,40 @@ def test_every_operation_documents_the_json_error_bodies(document: dict[str, Any
     assert component(document, "Error")["required"] == ["code", "detail"]
 
 
+def test_every_operation_documents_the_503_of_a_database_outage(document: dict[str, Any]) -> None:
+    missing = [
+        f"{method.upper()} {path}"
+        for path, operations in document["paths"].items()
+        for method, operation in operations.items()
+        if "503" not in operation["responses"]
+        or body_schema(operation["responses"]["503"]) not in ("Error", "OutcomeError")
+    ]
+
+    assert missing == []
+
+
+FORMS = ["application/x-www-form-urlencoded", "multipart/form-data"]
+
+
+@pytest.mark.parametrize(
+    ("path", "method", "kinds"),
+    [
+        ("/actions/{action_id}/confirm/", "post", ["application/json", *FORMS]),
+        ("/actions/{action_id}/cancel/", "post", ["application/json", *FORMS]),
+        ("/messages/", "post", ["application/json", *FORMS]),
+        ("/tokens/", "post", ["application/json", *FORMS]),
+        ("/dispatch/", "post", ["application/json"]),
+        ("/validation-tasks/", "post", ["application/json"]),
+    ],
+)
+def test_the_bodies_each_operation_reads_are_documented(
+    document: dict[str, Any], path: str, method: str, kinds: list[str]
+) -> None:
+    body = document["paths"][f"{API}{path}"][method]["requestBody"]
+
+    assert sorted(body["content"]) == sorted(kinds)
+
+
 @pytest.mark.parametrize("path", ["/tokens/", "/conversations/", "/tools/", "/jobs/"])
 def test_a_nul_in_any_query_string_gets_the_documented_400(
     document: dict[str, Any], plain_user: Any, path: str

@@ -158,7 +158,8 @@ def test_redaction_uses_the_configured_placeholder(keeper, settings):
 def test_a_denied_call_does_not_record_the_secret_either(plain_user):
     outcome = dispatch("store_secret", {"label": "x", "secret": SECRET}, user=plain_user)
 
-    assert outcome.decision == "denied"
+    assert outcome.decision == "unknown"  # (no part in the vault: answered as a missing tool)
+    assert AuditEntry.objects.get().decision == "denied"
     assert stored_rows_mentioning(SECRET) == {}
 
 

@@ -435,8 +435,9 @@ async def test_permission_is_checked_before_readiness(
 
     outcome = await adispatch("broken_tool", {}, user=plain_user, session=session)
 
-    assert outcome.decision == "denied"
-    assert outcome.code == "permission_denied"
+    # refused (as a tool unknown to them), never not_ready: readiness would tell it exists
+    assert outcome.decision == "unknown"
+    assert outcome.code == "unknown_operation"
 
 
 # -- instances: one per session, restarted on next use -------------------------------------------

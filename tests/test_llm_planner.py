@@ -256,7 +256,9 @@ def test_a_call_the_model_left_without_an_id_still_pairs_with_its_result(use_llm
     assert of_type(turn, "TOOL_CALL_RESULT")[0]["toolCallId"] == proposed["id"]
 
 
-def test_a_tool_outside_the_users_catalog_is_denied_audited_and_never_run(use_llm, plain_user):
+def test_a_tool_outside_the_users_catalog_is_unknown_to_the_model_audited_denied_never_run(
+    use_llm, plain_user
+):
     order = Order.objects.create(reference="ORD-1")
     peer = use_llm()
     peer.script(
@@ -270,11 +272,12 @@ def test_a_tool_outside_the_users_catalog_is_denied_audited_and_never_run(use_ll
         ("list_orders", "denied", "rest"),
         ("approve_order", "denied", "rest"),
     ]
+    # plain has no part in orders: the model is told they do not exist, as for a missing tool
     assert [decision["decision"] for _, decision in fed_back(peer.requests[1])] == [
-        "denied",
-        "denied",
+        "unknown",
+        "unknown",
     ]
-    assert {decision["code"] for _, decision in fed_back(peer.requests[1])} == {"permission_denied"}
+    assert {decision["code"] for _, decision in fed_back(peer.requests[1])} == {"unknown_operation"}
     assert "ORD-1" not in json.dumps(turn.frames)
     assert not PendingAction.objects.exists()
     order.refresh_from_db()

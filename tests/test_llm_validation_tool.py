@@ -32,7 +32,8 @@ def test_the_tool_is_denied_without_the_validation_permission(
 ):
     outcome = validate(reader, django_capture_on_commit_callbacks, target="testapp.Order")
 
-    assert (outcome.decision, outcome.code) == ("denied", "permission_denied")
+    # (no part in validation: answered as a missing tool, audited denied)
+    assert (outcome.decision, outcome.code) == ("unknown", "unknown_operation")
     assert not ValidationTask.objects.exists()
     assert not ValidationRun.objects.exists()
 

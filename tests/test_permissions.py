@@ -283,7 +283,9 @@ def test_revoking_a_permission_takes_effect_after_forget_access(make_user):
     forget_access(viewer)
 
     assert "list_orders" not in operations(viewer)
-    assert dispatch("list_orders", user=viewer).decision == "denied"
+    # no tool of orders left: the refused tool is answered as a missing one, audited as denied
+    assert dispatch("list_orders", user=viewer).code == "unknown_operation"
+    assert AuditEntry.objects.get().decision == "denied"
 
 
 def test_revoking_an_object_permission_takes_effect_on_a_refetched_user(make_user):
@@ -296,7 +298,8 @@ def test_revoking_an_object_permission_takes_effect_on_a_refetched_user(make_use
     olga = refetch(olga)
 
     assert "approve_order" not in operations(olga)
-    assert dispatch("approve_order", {"order_id": order.pk}, user=olga).decision == "denied"
+    assert dispatch("approve_order", {"order_id": order.pk}, user=olga).code == "unknown_operation"
+    assert AuditEntry.objects.get().decision == "denied"
 
 
 def test_dispatch_refuses_every_tool_the_catalog_hides(reader):
@@ -325,7 +328,12 @@ def test_dispatch_refuses_every_tool_the_catalog_hides(reader):
 
     for operation, entities in valid_entities.items():
         outcome = dispatch(operation, entities, user=reader)
-        assert (outcome.decision, outcome.code) == ("denied", "permission_denied"), operation
+        # refused as denied where the reader works with the domain (orders), else as missing
+        if operation in ("approve_order", "cancel_order", "merge_orders"):
+            assert (outcome.decision, outcome.code) == ("denied", "permission_denied"), operation
+        else:
+            assert (outcome.decision, outcome.code) == ("unknown", "unknown_operation"), operation
+    assert set(AuditEntry.objects.values_list("decision", flat=True)) == {"denied"}
     assert not PendingAction.objects.exists()
     assert Order.objects.get(pk=order.pk).status == "open"
 

@@ -106,7 +106,7 @@ def test_a_tool_of_a_domain_the_user_has_no_part_in_stays_unnamed(reader, plain_
         Intent(operation="show_capabilities", source="keywords")
     ]
     refused = dispatch("store_secret", {"label": "a", "secret": "b"}, user=reader)
-    assert refused.text == "You do not have permission to use store_secret."
+    assert (refused.code, refused.text) == ("unknown_operation", "Unknown operation 'store_secret'")
 
 
 @pytest.mark.django_db

@@ -8,6 +8,7 @@ from typing import Any
 from django.utils import timezone
 from drf_spectacular.utils import PolymorphicProxySerializer
 from rest_framework import serializers
+from rest_framework.utils import html
 
 from ..dispatch import Outcome
 from ..models import (
@@ -24,12 +25,27 @@ from ..models import (
 from ..registry import RiskLevel
 
 
-class MessageInput(serializers.Serializer[Any]):
+class FormInput(serializers.Serializer[Any]):
+    """An input a browser form may send: a field given twice is refused, not the last one kept."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if html.is_html_input(data):
+            repeated = {
+                name: ["Given more than once: send it once."]
+                for name, field in self.fields.items()
+                if not isinstance(field, serializers.ListField) and len(data.getlist(name)) > 1
+            }
+            if repeated:
+                raise serializers.ValidationError(repeated)
+        return super().to_internal_value(data)
+
+
+class MessageInput(FormInput):
     message = serializers.CharField(trim_whitespace=True)
     conversation = serializers.UUIDField(required=False, allow_null=True)
 
 
-class ConversationInput(serializers.Serializer[Any]):
+class ConversationInput(FormInput):
     title = serializers.CharField(help_text="at most 200 characters (else invalid_title)")
 
 
@@ -39,7 +55,7 @@ class DispatchInput(serializers.Serializer[Any]):
     conversation = serializers.UUIDField(required=False, allow_null=True)
 
 
-class CancelInput(serializers.Serializer[Any]):
+class CancelInput(FormInput):
     reason = serializers.CharField(
         required=False,
         default="",
@@ -353,7 +369,7 @@ RISK_CHOICES = [level.value for level in RiskLevel]
 MAX_TOKEN_DAYS = 366
 
 
-class AccessTokenInput(serializers.Serializer[Any]):
+class AccessTokenInput(FormInput):
     name = serializers.CharField(max_length=100, help_text="what the token is for")
     expires_in_days = serializers.IntegerField(
         required=False,

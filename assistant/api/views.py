@@ -26,7 +26,6 @@ from rest_framework.authentication import (
 )
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.pagination import BasePagination, CursorPagination, PageNumberPagination
-from rest_framework.parsers import JSONParser
 from rest_framework.permissions import SAFE_METHODS, BasePermission, IsAuthenticated
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
@@ -52,6 +51,7 @@ from ..exceptions import (
     InvalidToken,
     SessionRequired,
     UnknownTokenOperations,
+    outage,
 )
 from ..jobs import job_for
 from ..models import (
@@ -68,6 +68,7 @@ from ..registry import registry
 from ..throttling import AssistantThrottle
 from ..tokens import Bearer, authenticate_bearer, issue
 from ..validation import ValidationTaskService
+from .parsers import BODY_PARSERS, JSON_ONLY
 from .serializers import (
     AccessTokenCreatedSerializer,
     AccessTokenInput,
@@ -171,6 +172,7 @@ ERROR_RESPONSES = {
     "403": "Refused: a missing permission, or a session request without its CSRF token",
     "404": "No such object of yours (or no such page)",
     "429": "Too many requests: wait `Retry-After` seconds",
+    "503": "The database cannot be reached (`database_unavailable`): wait `Retry-After` seconds",
 }
 
 
@@ -216,9 +218,13 @@ def error_body(code: str, detail: Any, errors: Any = None) -> dict[str, Any]:
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     """Every error as JSON with a stable ``code``; never an HTML page, never a bare 500."""
+    exc = outage(exc) or exc  # the database down: 503 database_unavailable, not a 500
     if isinstance(exc, AssistantError):
+        retry_after = getattr(exc, "retry_after", None)
         return Response(
-            error_body(exc.code, exc.message, getattr(exc, "errors", None)), status=exc.status
+            error_body(exc.code, exc.message, getattr(exc, "errors", None)),
+            status=exc.status,
+            headers={"Retry-After": str(retry_after)} if retry_after else None,
         )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
@@ -260,18 +266,6 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     )
 
 
-class AssistantJSONParser(JSONParser):
-    """DRF's JSON parser, with a body nested past the interpreter's depth a 400, not a 500."""
-
-    def parse(self, stream: Any, media_type: Any = None, parser_context: Any = None) -> Any:
-        try:
-            return super().parse(stream, media_type, parser_context)
-        except RecursionError:
-            raise exceptions.ParseError(
-                "JSON parse error - the body is nested too deeply."
-            ) from None
-
-
 class WithinTokenScope(BasePermission):
     """A token with a ceiling changes things only through the tools it reaches: its writes go to
     views that apply the ceiling themselves (dispatch, turns, confirmations); reads go anywhere."""
@@ -297,7 +291,7 @@ class AssistantAPIView(APIView):
     applies_ceiling = False  # its writes are tool calls that dispatch checks against the ceiling
     throttle_classes = [AssistantThrottle]
     renderer_classes = [JSONRenderer]
-    parser_classes = [AssistantJSONParser]
+    parser_classes = BODY_PARSERS  # JSON, and a browser form (JSON_ONLY where values are typed)
     content_negotiation_class = DefaultContentNegotiation
     versioning_class = None
     schema = AssistantAutoSchema()
@@ -455,6 +449,7 @@ class MessagesView(AssistantAPIView):
 
 class DispatchView(AssistantAPIView):
     applies_ceiling = True
+    parser_classes = JSON_ONLY  # entities are typed JSON values
 
     @extend_schema(
         summary="Call one tool",
@@ -850,6 +845,7 @@ def _task_for(user: Any, task_id: Any) -> ValidationTask:
 
 class ValidationTaskListView(AssistantAPIView):
     pagination_class = PagePagination
+    parser_classes = JSON_ONLY  # rules, target_filter and schedule are nested JSON
 
     @extend_schema(
         summary="Validation tasks you may see", responses=ValidationTaskSerializer(many=True)

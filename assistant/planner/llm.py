@@ -96,6 +96,7 @@ def prepare(
     user's catalog and the conversation's history, in one hop."""
     check_budget(turn.user, conversation=turn.conversation, source=turn.source)
     tools = get_catalog(turn.user, session=turn.session, site=turn.site, ceiling=turn.ceiling)
+    turn.offered = frozenset(tool["function"]["name"] for tool in tools)
     return tools, history(turn, config["MAX_HISTORY"])
 
 

@@ -70,7 +70,7 @@ class Refused:
     async def _tell_large(self, turn: Turn, messages: list[dict[str, Any]]) -> None:
         limit = assistant_settings.MAX_TOOL_ARGUMENT_BYTES
         for call in self.large:  # their start shows only as the tool's redaction allows
-            shown = preview(turn.site.find(call["name"]), call["arguments"])
+            shown = preview(await turn.known_tool(call["name"]), call["arguments"])
             call["too_large"]["preview"] = redact_text(shown, turn.secrets)
         errors = [
             ArgumentsTooLarge(call["too_large"]["bytes"], limit, operation=call["name"][:64])

@@ -29,6 +29,11 @@ DASHBOARD_TOOLS = {
 # -- helpers --------------------------------------------------------------------------------
 
 
+# A refused call's status: the viewer works with dashboards and is told what a tool needs; the
+# outsider has no part in the domain and is told, as for a missing tool, that it does not exist.
+REFUSED = {"viewer": 403, "outsider": 404}
+
+
 def client_for(user: Any) -> APIClient:
     client = APIClient()
     client.force_login(user)

@@ -12,6 +12,7 @@ from guardian.shortcuts import assign_perm
 from assistant.models import PendingAction
 from dashboards.models import Dashboard
 from tests.example.dashboard_calls import (
+    REFUSED,
     assert_progressed,
     confirm,
     decisions,
@@ -126,7 +127,7 @@ def test_deploy_is_refused_to_users_without_the_permission(world: World, who: st
 
     response = dispatch(getattr(world, who), "deploy_dashboard", dashboard="1", target="dev")
 
-    assert response.status_code == 403
+    assert response.status_code == REFUSED[who]
     assert decisions("deploy_dashboard") == ["denied"]
     assert not PendingAction.objects.exists()
     assert state() == before
@@ -333,7 +334,7 @@ def test_the_operator_may_not_migrate_into_or_out_of_production(
 def test_migration_is_refused_to_users_without_the_permission(world: World, who: str) -> None:
     response = dispatch(getattr(world, who), "execute_migration", source="dev", target="staging")
 
-    assert response.status_code == 403
+    assert response.status_code == REFUSED[who]
     assert decisions("execute_migration") == ["denied"]
     assert not PendingAction.objects.exists()
 

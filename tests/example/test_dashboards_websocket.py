@@ -274,6 +274,13 @@ FORBIDDEN_CALLS = [
 ]
 
 
+# The viewer searches dashboards: the dashboards domain is no secret to them.
+DISCLOSED = {
+    ("viewer", operation)
+    for operation in ("create_branch", "commit_changes", "deploy_dashboard", "execute_migration")
+} | {("viewer", "run_backup"), ("viewer", "run_llm_documentation")}
+
+
 @ws_db
 @pytest.mark.parametrize(("who", "operation", "entities"), FORBIDDEN_CALLS)
 async def test_a_tool_the_user_may_not_use_is_refused_and_audited_over_the_websocket(
@@ -285,7 +292,9 @@ async def test_a_tool_the_user_may_not_use_is_refused_and_audited_over_the_webso
 
     outcome = await say(socket, f"please {operation}")
 
-    assert (outcome["operation"], outcome["decision"]) == (operation, "denied")
+    # told what it needs where the user works with the tool's domain, else as if it did not exist
+    told = "denied" if (who, operation) in DISCLOSED else "unknown"
+    assert (outcome["operation"], outcome["decision"]) == (operation, told)
     entry = await AuditEntry.objects.aget(operation=operation)
     assert (entry.decision, entry.source, entry.username) == ("denied", "websocket", who)
     assert not await PendingAction.objects.aexists()

@@ -229,7 +229,7 @@
 
   // Errors that mean the message being sent was refused before it was stored.
   const NOT_STORED = new Set([
-    "message_not_stored", "throttled", "invalid_message", "frame_too_large", "bad_json",
+    "message_not_stored", "database_unavailable", "throttled", "invalid_message", "frame_too_large", "bad_json",
     "bad_frame", "missing_field", "unknown_type", "not_found", "channel_layer_missing",
     "channel_layer_unavailable",
   ]);
