@@ -412,11 +412,13 @@ async def run_started_turn(
     except Exception:
         logger.exception("Turn failed in conversation %s", turn.thread_id)
         status = Message.Status.FAILED
+    answered = False
     try:
         message = await asyncio.shield(turn.finish(status, error))
+        answered = True
     finally:
         control.unregister(turn.thread_id, turn.run_id)
-        liveness.finished(turn.user_message, turn.run_id)
+        liveness.finished(turn.user_message, turn.run_id, answered=answered)
         await turn.publisher.close()
     if shutdown:
         raise asyncio.CancelledError

@@ -62,6 +62,9 @@ class _Beater:
         self.started_at = timezone.now()
         self.turns: dict[Any, datetime] = {}
         self.runs: dict[str, dict[str, Any]] = {}
+        # turns that ended here with no reply stored (the database away): each beat tries to
+        # close them as interrupted, as the reaper closes a dead process's
+        self.owed: dict[str, Owed] = {}
         self.lock = threading.Lock()
         self.first = threading.Event()
         self.thread = threading.Thread(target=self._run, name="assistant-heartbeat", daemon=True)
@@ -93,8 +96,37 @@ class _Beater:
             logger.warning("A heartbeat of process %s failed; beating on", self.name)
         except Exception:  # the thread must outlive any one beat: a silent process is reaped
             logger.exception("A heartbeat of process %s failed; beating on", self.name)
+        else:
+            self.settle()
         finally:
             connections.close_all()
+
+    def settle(self) -> None:
+        """Close the turns that ended here without their reply, now the database answers again."""
+        with self.lock:
+            owed = list(self.owed.items())
+        for key, turn in owed:
+            try:
+                reply = close_turn(turn.message) if turn.message else close_run(turn.run or {})
+            except db.Error:  # (away again): the next beat tries
+                logger.warning("Closing %s as interrupted failed; the next beat tries", key)
+                return
+            with self.lock:
+                self.owed.pop(key, None)
+            if reply is None:  # answered meanwhile (the turn's own retry), or deleted
+                continue
+            logger.warning("Closed %s as interrupted (its reply could not be stored)", key)
+            closed = Interrupted(
+                conversation_id=reply.conversation_id,
+                message=turn.message,
+                process=ServerProcess(name=self.name),
+                run_id=turn.run_id,
+                reply=reply,
+            )
+            try:
+                async_to_sync(announce)(closed)
+            except Exception:
+                logger.exception("Telling the sockets that %s was interrupted failed", key)
 
 
 _beater: _Beater | None = None
@@ -152,15 +184,29 @@ def running_run(conversation_id: str, run_id: str, reply: str) -> None:
         beater.runs[run_id] = {**entry, "started_at": timezone.now().isoformat()}
 
 
-def finished(message: Message | None, run_id: str) -> None:
-    """A turn ended here (its reply stored or not): of this message, or this run."""
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Owed:
+    """A turn that ended here with no reply stored: its message, or its run's beat entry."""
+
+    run_id: str
+    message: Message | None = None
+    run: dict[str, Any] | None = None
+
+
+def finished(message: Message | None, run_id: str, *, answered: bool = True) -> None:
+    """A turn ended here: of this message, or this run. One not ``answered`` (its reply could
+    not be stored) is closed as interrupted by a later beat, once the database answers."""
     beater = _beater
     if beater is None:
         return
     with beater.lock:
-        beater.runs.pop(run_id, None)
+        run = beater.runs.pop(run_id, None)
         if message is not None and message.process == beater.name:
             beater.turns.pop(message.pk, None)
+            if not answered:
+                beater.owed[f"message {message.pk}"] = Owed(run_id=run_id, message=message)
+        elif run is not None and not answered:
+            beater.owed[f"run {run_id}"] = Owed(run_id=run_id, run=run)
 
 
 # -- the reaper ------------------------------------------------------------------------------------

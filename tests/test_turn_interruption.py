@@ -21,6 +21,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import DatabaseError
 from django.test import override_settings
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -30,6 +31,7 @@ from assistant.chat import start_turn
 from assistant.checks import check_turn_liveness
 from assistant.liveness import areap_interrupted_turns, reap_interrupted_turns, reply_id
 from assistant.models import AuditEntry, Conversation, Message, PendingAction, ServerProcess
+from assistant.turn import Turn
 from tests.clients import API
 from tests.conftest import REDIS_URL
 from tests.openai_peer import LONGEST_STALL, Peer, Reply, call, tool_calls
@@ -244,6 +246,43 @@ async def test_a_process_names_each_turn_while_it_runs_and_forgets_it_after(
     [run] = beater.runs.noted
     assert (run["conversation"], run["reply"]) == (asked[0]["threadId"], str(replies[1].pk))
     assert beater.turns == beater.runs == {}  # both ended
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_turn_whose_reply_could_not_be_stored_is_closed_as_interrupted_by_the_next_beat(
+    open_socket, plain_user, beater, monkeypatch
+):
+    """The database went away as the turn ended (RUN_ERROR reply_not_stored): the process is
+    alive, so no reaper comes; once the database answers, its next beat stores the interrupted
+    reply and tells the sockets, once, and the user's message no longer waits for ever."""
+    real_store = Turn._store
+
+    def outage(turn: Turn, fields: Any) -> Any:
+        raise DatabaseError("the database is down")  # as the server would answer
+
+    monkeypatch.setattr(Turn, "_store", outage)
+    socket = await open_socket(plain_user)
+    await socket_send(socket, type="message", text="ping")
+    frames = [await receive(socket)]
+    while frames[-1]["type"] != "RUN_ERROR":
+        frames.append(await receive(socket))
+    assert frames[-1]["code"] == "reply_not_stored"
+    message = await Message.objects.aget(role="user")
+    assert not await Message.objects.filter(role="assistant").aexists()
+
+    monkeypatch.setattr(Turn, "_store", real_store)  # the database is back
+    for _ in range(2):  # (in its own thread, as it runs; the second beat finds nothing owed)
+        await asyncio.to_thread(beater.beat)
+
+    [reply] = [m async for m in Message.objects.filter(role="assistant")]
+    assert (str(reply.pk), reply.status) == (reply_id(message.pk), "interrupted")
+    assert [call["operation"] for call in reply.tool_calls] == ["ping"]  # as the audit holds it
+    told = [await receive(socket) for _ in range(4)]
+    assert kinds(told)[-1] == "RUN_ERROR"
+    assert told[-1]["code"] == "turn_interrupted"
+    assert told[-1]["runId"] == frames[0]["runId"]
+    assert await socket.receive_nothing(timeout=0.5)
+    assert beater.owed == {}
 
 
 @pytest.mark.django_db(transaction=True)
