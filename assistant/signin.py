@@ -70,3 +70,9 @@ def succeeded(username: str) -> None:
     """Forget the account's failures (the address's stay: one's own account resets nothing else)."""
     key, _, _ = _counters(username, "")[0]
     cache.delete(key)
+
+
+def locked_message(minutes: int) -> str:
+    """What a locked sign-in page says (the same whoever typed which name)."""
+    unit = "minute" if minutes == 1 else "minutes"
+    return f"Too many failed sign-in attempts. Try again in {minutes} {unit}."

@@ -6,12 +6,18 @@ import math
 import uuid
 from typing import Any
 
+from django.contrib import admin
+from django.contrib.admin.forms import AdminAuthenticationForm
+from django.contrib.auth import REDIRECT_FIELD_NAME
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.forms import AuthenticationForm
+from django.core.exceptions import NON_FIELD_ERRORS
+from django.forms.utils import ErrorDict
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
+from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
 
 from . import oauth, signin
@@ -95,10 +101,8 @@ def approvals(request: HttpRequest) -> HttpResponse:
     return response
 
 
-class LoginView(auth_views.LoginView):
-    """Django's sign-in with the app's own template, so a project needs no login page of its own."""
-
-    template_name = "assistant/login.html"
+class ThrottledSignIn(auth_views.LoginView):
+    """Django's sign-in, throttled per account and per client address (``assistant.signin``)."""
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         """A locked account or address is answered 429 before its password is even checked."""
@@ -126,10 +130,21 @@ class LoginView(auth_views.LoginView):
     def locked_out(self, wait: float) -> HttpResponse:
         """The sign-in page, saying when to try again (the same for every username)."""
         minutes = max(1, math.ceil(wait / 60))
-        context = self.get_context_data(form=self.get_form_class()(self.request), locked=minutes)
+        form = self.get_form_class()(self.request)
+        # an unbound form with the message as its one error: any sign-in template shows it
+        form._errors = ErrorDict(  # type: ignore[attr-defined]
+            {NON_FIELD_ERRORS: form.error_class([signin.locked_message(minutes)], "nonfield")}
+        )
+        context = self.get_context_data(form=form, locked=minutes)
         response = self.render_to_response(context, status=429)
         response.headers["Retry-After"] = str(math.ceil(wait))
         return response
+
+
+class LoginView(ThrottledSignIn):
+    """Django's sign-in with the app's own template, so a project needs no login page of its own."""
+
+    template_name = "assistant/login.html"
 
     def get_default_redirect_url(self) -> str:
         """Without ``?next=``, the chat rather than the project's ``LOGIN_REDIRECT_URL``."""
@@ -142,6 +157,34 @@ class LogoutView(auth_views.LogoutView):
     def get_default_redirect_url(self) -> str:
         """Without ``?next=``, the app's sign-in page rather than the project's ``LOGOUT_REDIRECT_URL``."""
         return reverse("assistant:login")
+
+
+class AdminLoginView(ThrottledSignIn):
+    """The admin site's sign-in page, throttled as the app's: route ``admin/login/`` here, before
+    ``admin.site.urls`` (the admin's own page counts nothing)."""
+
+    template_name = "admin/login.html"
+    authentication_form = AdminAuthenticationForm
+    site = admin.site
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = {
+            **self.site.each_context(self.request),
+            "title": _("Log in"),
+            "subtitle": None,
+            "app_path": self.request.get_full_path(),
+            "username": self.request.user.get_username(),
+            **super().get_context_data(**kwargs),
+        }
+        if (
+            REDIRECT_FIELD_NAME not in self.request.GET
+            and REDIRECT_FIELD_NAME not in self.request.POST
+        ):
+            context[REDIRECT_FIELD_NAME] = reverse("admin:index", current_app=self.site.name)
+        return context
+
+    def get_default_redirect_url(self) -> str:
+        return reverse("admin:index", current_app=self.site.name)
 
 
 @csrf_exempt  # bearer tokens only: the endpoint never reads a cookie, so there is nothing to forge

@@ -128,3 +128,28 @@ def test_none_turns_the_counting_off(admin, settings):
 
     assert set(statuses("admin", 25)) == {200}
     assert sign_in("admin", PASSWORD).status_code == 302
+
+
+@pytest.mark.django_db
+def test_the_admins_sign_in_page_routed_to_admin_login_view_is_locked_out_alike(admin):
+    """The admin's own page counts nothing: a project routes ``admin/login/`` to ours."""
+    admin.is_staff = True
+    admin.save()
+
+    def admin_sign_in(password: str) -> Any:
+        return Client().post(
+            "/admin/login/?next=/admin/",
+            {"username": "admin", "password": password},
+            REMOTE_ADDR="10.0.0.9",
+        )
+
+    answers = [admin_sign_in("wrong") for _ in range(6)]
+    right = admin_sign_in(PASSWORD)
+
+    assert [a.status_code for a in answers] == [200] * 4 + [429] * 2
+    assert LOCKED in answers[-1].content.decode()  # in the admin's own template
+    assert "Django administration" in answers[-1].content.decode()
+    assert (right.status_code, right.headers["Retry-After"]) == (429, "900")
+    cache.clear()
+    signed_in = admin_sign_in(PASSWORD)
+    assert (signed_in.status_code, signed_in.headers["Location"]) == (302, "/admin/")
