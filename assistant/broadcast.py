@@ -96,7 +96,7 @@ class Publisher:
                 heard = await cast(RedisEventLog, log).append_published(
                     self.thread_id, batch, bodies, channel
                 )
-                if not heard and self.undelivered is not None:
+                if heard == 0 and self.undelivered is not None:
                     # no socket subscribed, not even the one that started the turn: Redis is
                     # back from an outage and the subscriptions are not yet
                     await self._deliver_here(numbered(bodies, batch))

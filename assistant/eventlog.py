@@ -202,9 +202,10 @@ class RedisEventLog:
         self, thread_id: str, frames: list[dict[str, Any]], bodies: list[str], channel: str
     ) -> int:
         """As ``append_many`` with ``publish``; returns how many subscribers heard the burst
-        (PUBLISH's count: none while the sockets' subscriptions are not back after an outage)."""
+        (PUBLISH's count: none while the sockets' subscriptions are not back after an outage),
+        or -1 when that is unknown: on a cluster PUBLISH counts only its own node's."""
         _, heard = await self._append_burst(thread_id, frames, bodies, channel)
-        return heard
+        return -1 if cluster_url(self.url) is not None else heard
 
     async def _append_burst(
         self,
