@@ -58,6 +58,15 @@ def _count_loop() -> None:
 
     asyncio.events.Handle._run = counted_run  # type: ignore[method-assign]
     ThreadPoolExecutor.submit = counted_submit  # type: ignore[method-assign]
+    from assistant.runner import TurnThreads  # the turns' own threads hop too
+
+    turn_submit = TurnThreads.submit
+
+    def counted_turn_submit(self: Any, *args: Any, **kwargs: Any) -> Any:
+        kinds["(thread hop)"] += 1
+        return turn_submit(self, *args, **kwargs)
+
+    TurnThreads.submit = counted_turn_submit  # type: ignore[method-assign]
 
 
 if COUNT_LOOP:
