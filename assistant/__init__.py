@@ -2,11 +2,11 @@
 
 __version__ = "0.1.0"
 
-from .cancellation import CancellationToken
-from .entities import Length, Range
+from .core.cancellation import CancellationToken
+from .core.entities import Length, Range
+from .core.lifecycle import ToolLifecycleState, Toolset, register_toolset
+from .core.registry import AssistantTool, Prepared, ToolCall, ToolResult, assistant_tool
 from .exceptions import AssistantError
-from .lifecycle import ToolLifecycleState, Toolset, register_toolset
-from .registry import AssistantTool, Prepared, ToolCall, ToolResult, assistant_tool
 
 __all__ = [
     "AssistantError",

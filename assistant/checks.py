@@ -12,11 +12,11 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 from django.db import DatabaseError
 
-from .approvals import RISK_LEVELS, Policy, configured, configured_for
+from .access.approvals import RISK_LEVELS, Policy, configured, configured_for
+from .access.permissions import permission_for
 from .conf import LLM_SETTINGS, SETTINGS, Setting, nearest, policies_are_valid
+from .core.registry import AssistantTool, RiskLevel, ToolRegistry, registry
 from .models import ValidationTask
-from .permissions import permission_for
-from .registry import AssistantTool, RiskLevel, ToolRegistry, registry
 from .validation import rules
 
 
@@ -492,7 +492,7 @@ def check_oauth(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
 
 
 def oauth_problems(oauth2_settings: Any, available_scopes: set[str]) -> list[CheckMessage]:
-    from .oauth import SCOPES
+    from .access.oauth import SCOPES
 
     problems: list[CheckMessage] = []
     if oauth2_settings.PKCE_REQUIRED is False:  # a callable decides per client: not judged here

@@ -2,7 +2,8 @@
 
 from django.urls import include, path
 
-from . import agui, views
+from .surfaces import agui
+from .surfaces import pages as views
 
 app_name = "assistant"
 
@@ -12,7 +13,7 @@ urlpatterns = [
     path("login/", views.LoginView.as_view(), name="login"),
     path("logout/", views.LogoutView.as_view(), name="logout"),
     path("agui/", agui.AgentView.as_view(), name="agui"),
-    path("api/", include("assistant.api.urls")),
+    path("api/", include("assistant.surfaces.rest.urls")),
     path("mcp/", views.mcp_endpoint, name="mcp"),
     path(
         "mcp/.well-known/oauth-protected-resource",

@@ -26,10 +26,10 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from assistant import liveness
-from assistant.chat import start_turn
 from assistant.checks import check_turn_liveness
 from assistant.liveness import areap_interrupted_turns, reap_interrupted_turns, reply_id
 from assistant.models import AuditEntry, Conversation, Message, PendingAction, ServerProcess
+from assistant.turns.chat import start_turn
 from tests.clients import API
 from tests.conftest import REDIS_URL
 from tests.openai_peer import LONGEST_STALL, Peer, Reply, call, tool_calls

@@ -25,14 +25,14 @@ class Command(BaseCommand):
         try:
             import anyio
 
-            from ... import mcp
+            from ...surfaces.mcp import server as mcp
         except ImportError as exc:
             raise CommandError(
                 "MCP needs the official SDK: pip install 'django-ops-assistant[mcp]'"
             ) from exc
         from mcp.server.stdio import stdio_server
 
-        from ...tokens import Bearer
+        from ...access.tokens import Bearer
 
         User = get_user_model()
         user = User._default_manager.filter(**{User.USERNAME_FIELD: options["user"]}).first()
