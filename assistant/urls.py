@@ -4,6 +4,7 @@ from django.urls import include, path
 
 from .surfaces import agui
 from .surfaces import pages as views
+from .surfaces.mcp import views as mcp_views
 
 app_name = "assistant"
 
@@ -14,10 +15,10 @@ urlpatterns = [
     path("logout/", views.LogoutView.as_view(), name="logout"),
     path("agui/", agui.AgentView.as_view(), name="agui"),
     path("api/", include("assistant.surfaces.rest.urls")),
-    path("mcp/", views.mcp_endpoint, name="mcp"),
+    path("mcp/", mcp_views.mcp_endpoint, name="mcp"),
     path(
         "mcp/.well-known/oauth-protected-resource",
-        views.mcp_resource_metadata,
+        mcp_views.mcp_resource_metadata,
         name="mcp-resource-metadata",
     ),
 ]

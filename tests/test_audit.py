@@ -15,7 +15,7 @@ from assistant.core.registry import ToolRegistry
 from assistant.dispatch.confirmation import confirm_action
 from assistant.dispatch.door import dispatch
 from assistant.models import AuditEntry, Conversation, Message, PendingAction
-from assistant.surfaces.rest.serializers import OutcomeSerializer, PendingActionSerializer
+from assistant.surfaces.drf.serializers import OutcomeSerializer, PendingActionSerializer
 from assistant.turns.chat import run_turn
 
 pytestmark = pytest.mark.django_db

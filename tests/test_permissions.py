@@ -12,7 +12,7 @@ from assistant.core.registry import registry
 from assistant.dispatch.catalog import get_catalog, visible_tools
 from assistant.dispatch.door import dispatch
 from assistant.models import AuditEntry, PendingAction
-from assistant.surfaces.rest.serializers import OutcomeSerializer
+from assistant.surfaces.drf.serializers import OutcomeSerializer
 from tests.conftest import perm
 from tests.testapp.models import Order
 

@@ -8,7 +8,7 @@ import time
 import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.apps import apps
@@ -16,17 +16,12 @@ from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.signals import setting_changed
 from django.dispatch import receiver
-from rest_framework.permissions import BasePermission
 
 from ..conf import assistant_settings
 from ..core.compiled import rows_for
 from ..core.registry import AssistantTool, PermissionCheck, ToolRegistry, registry
 from ..exceptions import AccountInactive, PermissionDenied, ToolHidden
 from ..models import Tool
-
-if TYPE_CHECKING:
-    from rest_framework.request import Request
-    from rest_framework.views import APIView
 
 # (resource, ACTION) on a model listed in ASSISTANT["RESOURCES"] → that model's permission verb.
 MODEL_ACTIONS = {
@@ -615,18 +610,3 @@ def create_tool_permissions(using: str = "default", **kwargs: Any) -> None:
             if codename not in existing
         ]
     )
-
-
-class IsAuditViewer(BasePermission):
-    """Staff holding ``assistant.view_auditentry``."""
-
-    message = "Staff with the assistant audit permission only."
-
-    def has_permission(self, request: Request, view: APIView) -> bool:
-        user = request.user
-        return bool(
-            user
-            and user.is_authenticated
-            and user.is_staff
-            and user.has_perm("assistant.view_auditentry")
-        )

@@ -3,4 +3,3 @@
 from .door import CallContext, Outcome, adispatch, dispatch
 
 __all__ = ["CallContext", "Outcome", "adispatch", "dispatch"]
-

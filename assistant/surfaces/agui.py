@@ -56,7 +56,7 @@ from ..turns.chat import (
 )
 from ..turns.lanes import loop_state
 from ..turns.turn import ClientResult, ClientTool
-from .rest.views import AssistantAPIView
+from .drf.base import AssistantAPIView
 
 logger = logging.getLogger("assistant.agui")
 EVENTS: TypeAdapter[Any] = TypeAdapter(Event)

@@ -8,6 +8,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from ...exceptions import NotFound
+from ..drf.base import BrowserSessionAuthentication
 from . import views
 
 
@@ -75,7 +76,7 @@ schema_patterns = [
 class SchemaView(SpectacularAPIView):
     """The OpenAPI document of this API only, wherever the project mounted it."""
 
-    authentication_classes = [views.BrowserSessionAuthentication]
+    authentication_classes = [BrowserSessionAuthentication]
     permission_classes: list[Any] = []
 
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
