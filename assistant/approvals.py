@@ -7,7 +7,7 @@ from .access import approvals as _moved
 from .access.approvals import *  # noqa: F403  (the names type checkers see at the old path)
 
 warnings.warn(
-    "assistant.approvals moved to assistant.access.approvals; import from there (or from assistant). "
+    "assistant.approvals moved to assistant.access.approvals; import from there. "
     "The old path goes in the next release.",
     DeprecationWarning,
     stacklevel=2,

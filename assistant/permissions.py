@@ -7,7 +7,7 @@ from .access import permissions as _moved
 from .access.permissions import *  # noqa: F403  (the names type checkers see at the old path)
 
 warnings.warn(
-    "assistant.permissions moved to assistant.access.permissions; import from there (or from assistant). "
+    "assistant.permissions moved to assistant.access.permissions; import from there. "
     "The old path goes in the next release.",
     DeprecationWarning,
     stacklevel=2,

@@ -7,7 +7,7 @@ from .core import storable as _moved
 from .core.storable import *  # noqa: F403  (the names type checkers see at the old path)
 
 warnings.warn(
-    "assistant.storable moved to assistant.core.storable; import from there (or from assistant). "
+    "assistant.storable moved to assistant.core.storable; import from there. "
     "The old path goes in the next release.",
     DeprecationWarning,
     stacklevel=2,

@@ -7,7 +7,7 @@ from .access import tokens as _moved
 from .access.tokens import *  # noqa: F403  (the names type checkers see at the old path)
 
 warnings.warn(
-    "assistant.tokens moved to assistant.access.tokens; import from there (or from assistant). "
+    "assistant.tokens moved to assistant.access.tokens; import from there. "
     "The old path goes in the next release.",
     DeprecationWarning,
     stacklevel=2,

@@ -7,7 +7,7 @@ from .turns import turn as _moved
 from .turns.turn import *  # noqa: F403  (the names type checkers see at the old path)
 
 warnings.warn(
-    "assistant.turn moved to assistant.turns.turn; import from there (or from assistant). "
+    "assistant.turn moved to assistant.turns.turn; import from there. "
     "The old path goes in the next release.",
     DeprecationWarning,
     stacklevel=2,

@@ -7,7 +7,7 @@ from ..turns.planners import keywords as _moved
 from ..turns.planners.keywords import *  # noqa: F403  (the names type checkers see at the old path)
 
 warnings.warn(
-    "assistant.planner.keywords moved to assistant.turns.planners.keywords; import from there (or from assistant). "
+    "assistant.planner.keywords moved to assistant.turns.planners.keywords; import from there. "
     "The old path goes in the next release.",
     DeprecationWarning,
     stacklevel=2,

@@ -7,7 +7,7 @@ from ..turns.planners import llm as _moved
 from ..turns.planners.llm import *  # noqa: F403  (the names type checkers see at the old path)
 
 warnings.warn(
-    "assistant.planner.llm moved to assistant.turns.planners.llm; import from there (or from assistant). "
+    "assistant.planner.llm moved to assistant.turns.planners.llm; import from there. "
     "The old path goes in the next release.",
     DeprecationWarning,
     stacklevel=2,
