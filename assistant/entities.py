@@ -1,15 +1,6 @@
 """Deprecated alias of ``assistant.core.entities``, kept for one release."""
 
-import sys
-import warnings
-
-from .core import entities as _moved
+from ._moved import moved
 from .core.entities import *  # noqa: F403  (the names type checkers see at the old path)
 
-warnings.warn(
-    "assistant.entities moved to assistant.core.entities; import from there (or from assistant). "
-    "The old path goes in the next release.",
-    DeprecationWarning,
-    stacklevel=2,
-)
-sys.modules[__name__] = _moved  # the same module object: one state, one set of names
+moved(__name__, "assistant.core.entities", hint="import from there or from assistant")

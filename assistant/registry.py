@@ -1,22 +1,18 @@
 """Deprecated alias of ``assistant.core.registry``, kept for one release."""
 
-import warnings
 from typing import Any
 
-from .core import registry as _moved
+from ._moved import moved
 from .core.registry import *  # noqa: F403  (the names type checkers see at the old path)
 
-warnings.warn(
-    "assistant.registry moved to assistant.core.registry; import from there (or from assistant). "
-    "The old path goes in the next release.",
-    DeprecationWarning,
-    stacklevel=2,
+_new = moved(
+    __name__, "assistant.core.registry", hint="import from there or from assistant", replace=False
 )
 
 
 def __getattr__(name: str) -> Any:
     """The old module's names, then the registry object's (importing this rebinds ``assistant.registry``)."""
     try:
-        return getattr(_moved, name)
+        return getattr(_new, name)
     except AttributeError:
-        return getattr(_moved.registry, name)
+        return getattr(_new.registry, name)
