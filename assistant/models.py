@@ -962,7 +962,7 @@ class AccessToken(models.Model):
         )
         if changed:
             self.revoked_at = now
-            # as a save of that field would: runs holding this token learn it (``runner``)
+            # as a save of that field would: runs holding this token learn it (``turns.lanes``)
             models.signals.post_save.send(
                 sender=AccessToken,
                 instance=self,

@@ -1,6 +1,6 @@
 """``manage.py assistant_mcp --user NAME``: the tools over MCP's stdio transport, for local clients.
 
-The same server as ``assistant/mcp/``: that user's permissions, calls audited as source ``mcp``,
+The same server as ``assistant/surfaces/mcp/``: that user's permissions, calls audited as source ``mcp``,
 confirmations approved on the approvals page (set ``ASSISTANT["PUBLIC_URL"]`` for full links).
 stdout carries the protocol only; Django's and our logs go to stderr.
 """
