@@ -1,1 +1,1 @@
-"""The transports, one thin sibling each (REST, websocket, AG-UI, MCP, pages); they never import each other."""
+"""The transports, one thin sibling each (``rest``, ``websocket``, ``agui``, ``mcp``, ``pages``), which never import each other; ``drf`` and ``throttling`` are what they share."""
