@@ -30,6 +30,7 @@ from django.utils.crypto import constant_time_compare
 
 from ..conf import assistant_settings
 from ..exceptions import AccountInactive, CredentialLapsed
+from ..models import AccessToken
 from .permissions import credential_generation
 from .tokens import Bearer
 
@@ -104,8 +105,6 @@ class Credential:
         if self.kind == "session":
             return _session_lapse(self)
         if self.kind == "personal":
-            from ..models import AccessToken
-
             rows = AccessToken.objects.filter(pk=self.token_id, user_id=self.user_id)
             row = rows.values_list("revoked_at", "expires_at", *_active("user")).first()
             if row is None or row[0] is not None:

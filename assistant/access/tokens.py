@@ -21,6 +21,9 @@ from django.utils import timezone
 
 from ..core.registry import AssistantTool, RiskLevel
 from ..exceptions import AccountInactive, InvalidToken, OutsideTokenScope
+from ..models import AccessToken
+from . import oauth
+from .oauth import SCOPE_RISK
 
 RISK_ORDER = {RiskLevel.SAFE: 0, RiskLevel.GUARDED: 1, RiskLevel.DANGEROUS: 2}
 # last_used_at is written at most this often per token (not one UPDATE per request)
@@ -65,8 +68,6 @@ def issue(
     operations: Collection[str] = (),
 ) -> tuple[Any, str]:
     """Create a personal access token; returns the row and the secret (shown once, never stored)."""
-    from ..models import AccessToken
-
     secret = AccessToken.PREFIX + secrets.token_urlsafe(32)
     token = AccessToken.objects.create(
         user=user,
@@ -92,8 +93,6 @@ def ceiling_of(token: Any) -> Ceiling | None:
 
 def scope_ceiling(scopes: frozenset[str]) -> Ceiling | None:
     """An OAuth token's scopes as a ceiling: the widest of ``oauth.SCOPES`` it holds (None: all)."""
-    from .oauth import SCOPE_RISK
-
     reached = [SCOPE_RISK[scope] for scope in scopes if scope in SCOPE_RISK]
     if not reached:
         return Ceiling(operations=frozenset())  # none of ours: nothing (authenticate refuses it)
@@ -110,8 +109,6 @@ def authenticate_bearer(key: str, *, resource: str | None = None) -> Bearer:
     key = key.strip()
     if not key or len(key) > 512 or not key.isprintable():
         raise InvalidToken("A bearer token is required.")
-    from ..models import AccessToken
-
     if key.startswith(AccessToken.PREFIX):
         return _personal(key)
     if apps.is_installed("rest_framework.authtoken"):
@@ -121,8 +118,6 @@ def authenticate_bearer(key: str, *, resource: str | None = None) -> Bearer:
         if drf is not None:
             _check_active(drf.user)
             return Bearer(user=drf.user, kind="drf", name="DRF token", key=drf.key)
-    from . import oauth
-
     if oauth.enabled():
         grant = oauth.grant_for(key, resource=resource)
         if grant is not None:
@@ -149,8 +144,6 @@ async def aauthenticate_bearer(key: str, *, resource: str | None = None) -> Bear
 
 
 def _personal(key: str) -> Bearer:
-    from ..models import AccessToken
-
     token = (
         AccessToken.objects.select_related("user").filter(digest=AccessToken.digest_of(key)).first()
     )
@@ -180,8 +173,6 @@ def still_holds(bearer: Bearer) -> bool:
     if not type(user)._default_manager.filter(pk=user.pk, is_active=True).exists():
         return False
     if bearer.kind == "personal":
-        from ..models import AccessToken
-
         return AccessToken.objects.usable().filter(pk=bearer.token_id).exists()
     if bearer.kind == "drf":
         from rest_framework.authtoken.models import Token

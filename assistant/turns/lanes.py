@@ -28,6 +28,7 @@ from django.db.models.signals import m2m_changed, post_delete, post_save
 
 from ..access.permissions import USER_FLAGS, access_changed, credentials_changed, hearing_news
 from ..conf import assistant_settings
+from ..models import AccessToken
 
 if TYPE_CHECKING:
     from ..core.cancellation import CancellationToken
@@ -238,8 +239,6 @@ def watch_credential_changes() -> None:
     from django.apps import apps
     from django.conf import settings
     from django.contrib.sessions.backends.db import SessionStore
-
-    from ..models import AccessToken
 
     models: list[Any] = [AccessToken]
     store = import_module(settings.SESSION_ENGINE).SessionStore
