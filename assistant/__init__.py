@@ -1,24 +1,81 @@
-"""django-ops-assistant: a chat assistant whose every operation is one ``@assistant_tool`` declaration."""
+"""django-ops-assistant: a chat assistant whose every operation is one ``@assistant_tool`` declaration.
+
+The names in ``__all__`` are the public API (stable, deprecated for a release before they move);
+every module is internal and may move. The door, ``dispatch``/``adispatch``, is imported from
+``assistant.dispatch``: that name is the package here.
+"""
+
+from typing import TYPE_CHECKING, Any
+
+from .core.cancellation import CancellationToken
+from .core.entities import Length, Range
+from .core.lifecycle import ToolLifecycleState, Toolset, register_toolset
+from .core.registry import (
+    AssistantTool,
+    Prepared,
+    ToolCall,
+    ToolRegistry,
+    ToolResult,
+    assistant_tool,
+    registry,
+)
+from .exceptions import (
+    AssistantError,
+    Cancelled,
+    InvalidEntities,
+    PermissionDenied,
+    ToolDefinitionError,
+    UnknownOperation,
+)
+
+if TYPE_CHECKING:
+    from .dispatch.catalog import get_catalog, visible_tools
+    from .dispatch.door import CallContext, Outcome
 
 __version__ = "0.1.0"
-
-from .cancellation import CancellationToken
-from .entities import Length, Range
-from .exceptions import AssistantError
-from .lifecycle import ToolLifecycleState, Toolset, register_toolset
-from .registry import AssistantTool, Prepared, ToolCall, ToolResult, assistant_tool
 
 __all__ = [
     "AssistantError",
     "AssistantTool",
+    "CallContext",
     "CancellationToken",
+    "Cancelled",
+    "InvalidEntities",
     "Length",
+    "Outcome",
+    "PermissionDenied",
     "Prepared",
     "Range",
     "ToolCall",
+    "ToolDefinitionError",
     "ToolLifecycleState",
+    "ToolRegistry",
     "ToolResult",
     "Toolset",
+    "UnknownOperation",
     "assistant_tool",
+    "get_catalog",
     "register_toolset",
+    "registry",
+    "visible_tools",
 ]
+
+# Names whose modules import the ORM models: loaded on first use, so that ``import assistant``
+# (from settings, before the app registry is ready) never imports a model.
+_LAZY = {
+    "CallContext": "assistant.dispatch.door",
+    "Outcome": "assistant.dispatch.door",
+    "get_catalog": "assistant.dispatch.catalog",
+    "visible_tools": "assistant.dispatch.catalog",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """A lazily exported name, imported from its module on first use."""
+    if name in _LAZY:
+        from importlib import import_module
+
+        value = getattr(import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'assistant' has no attribute {name!r}")

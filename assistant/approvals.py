@@ -1,63 +1,6 @@
-"""Which approval policy a tool's calls get: ``ASSISTANT["APPROVAL_POLICIES"]`` over its risk class.
+"""Deprecated alias of ``assistant.access.approvals``, kept for one release."""
 
-An operation's own entry beats its risk level's; with neither, a tool that declares
-``requires_confirmation`` is asked as ``confirm`` and any other runs (``auto``), as always.
-"""
+from ._moved import moved
+from .access.approvals import *  # noqa: F403  (the names type checkers see at the old path)
 
-from __future__ import annotations
-
-from dataclasses import dataclass
-from typing import Any
-
-from .conf import assistant_settings
-from .models import PendingAction
-from .registry import AssistantTool, RiskLevel
-
-Policy = PendingAction.Policy
-RISK_LEVELS = frozenset(level.value for level in RiskLevel)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Approval:
-    """A policy and, for ``two_person``, the permission ("app_label.codename") its approver holds."""
-
-    policy: str
-    permission: str = ""
-
-    @property
-    def asks(self) -> bool:
-        """Whether a call waits for someone's answer (every policy but ``auto``)."""
-        return self.policy != Policy.AUTO
-
-
-AUTO = Approval(policy=Policy.AUTO)
-CONFIRM = Approval(policy=Policy.CONFIRM)
-
-
-def configured(entry: Any) -> Approval:
-    """One settings entry (``"confirm"`` or ``{"policy": ..., "permission": ...}``) read as is."""
-    if isinstance(entry, dict):
-        return Approval(
-            policy=str(entry.get("policy", "")), permission=str(entry.get("permission") or "")
-        )
-    return Approval(policy=str(entry))
-
-
-def configured_for(tool: AssistantTool, policies: dict[str, Any]) -> Approval | None:
-    """The entry that names this tool (its operation first, then its risk level), if any."""
-    for key in (tool.operation, tool.risk_level.value):
-        if key in policies:
-            return configured(policies[key])
-    return None
-
-
-def policy_for(tool: AssistantTool) -> Approval:
-    """The approval a call of this tool needs, as configured or derived from its declaration."""
-    policies = assistant_settings.APPROVAL_POLICIES
-    approval = configured_for(tool, policies) if policies else None
-    if approval is None or approval.policy not in Policy.values:
-        # (an unknown name is assistant.E012's; until fixed, the declaration decides)
-        return CONFIRM if tool.requires_confirmation else AUTO
-    if approval.policy == Policy.AUTO and tool.risk_level is RiskLevel.DANGEROUS:
-        return CONFIRM  # never unasked (assistant.E014 says so at start)
-    return approval
+moved(__name__, "assistant.access.approvals")

@@ -9,11 +9,12 @@ class AssistantConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks, evals, tools, validation  # noqa: F401  (checks, built-in tools, rules)
+        from . import checks, tools, validation  # noqa: F401  (checks, built-in tools, rules)
+        from .access.permissions import create_tool_permissions
         from .conf import assistant_settings
-        from .permissions import create_tool_permissions
-        from .registry import registry
-        from .runner import watch_access_changes
+        from .core.registry import registry
+        from .turns import evals  # noqa: F401  (checks, built-in tools, rules)
+        from .turns.lanes import watch_access_changes
 
         post_migrate.connect(create_tool_permissions, sender=self)
         watch_access_changes()

@@ -12,11 +12,13 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 from django.db import DatabaseError
 
-from .approvals import RISK_LEVELS, Policy, configured, configured_for
+from .access.approvals import RISK_LEVELS, Policy, configured, configured_for
+from .access.oauth import SCOPES
+from .access.permissions import permission_for
 from .conf import LLM_SETTINGS, SETTINGS, Setting, nearest, policies_are_valid
+from .core.registry import AssistantTool, RiskLevel, ToolRegistry, registry
 from .models import ValidationTask
-from .permissions import permission_for
-from .registry import AssistantTool, RiskLevel, ToolRegistry, registry
+from .toolsets.sql import QueryError, SQLInspector
 from .validation import rules
 
 
@@ -454,8 +456,6 @@ def sql_role_warnings(site: ToolRegistry, databases: Any) -> list[CheckMessage]:
     """Ask the server about the role of each of ``site``'s SQL inspectors on ``databases``."""
     if not databases:
         return []
-    from .toolsets.sql import QueryError, SQLInspector
-
     warnings: list[CheckMessage] = []
     for toolset in site.toolsets.values():
         if not issubclass(toolset, SQLInspector):
@@ -492,8 +492,6 @@ def check_oauth(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
 
 
 def oauth_problems(oauth2_settings: Any, available_scopes: set[str]) -> list[CheckMessage]:
-    from .oauth import SCOPES
-
     problems: list[CheckMessage] = []
     if oauth2_settings.PKCE_REQUIRED is False:  # a callable decides per client: not judged here
         problems.append(

@@ -29,15 +29,15 @@ from django.db import IntegrityError, close_old_connections, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from . import events
-from .broadcast import Publisher
-from .cancellation import CancellationToken
 from .compat import task
 from .conf import assistant_settings
+from .core.cancellation import CancellationToken
+from .core.registry import ToolResult
 from .exceptions import Cancelled, JobDefinitionError, JobNotFound, WorkerLost
 from .liveness import areap_interrupted_turns
 from .models import Job, Message
-from .registry import ToolResult
+from .stream import events
+from .stream.broadcast import Publisher
 
 logger = logging.getLogger("assistant.jobs")
 RELAY_LOOK_BACK = 5.0  # seconds the job relay re-reads behind its watermark

@@ -29,12 +29,12 @@ from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from . import events
-from .broadcast import Publisher
 from .conf import assistant_settings
-from .eventlog import event_log
 from .exceptions import TurnInterrupted
 from .models import AuditEntry, Conversation, Message, ServerProcess
+from .stream import events
+from .stream.broadcast import Publisher
+from .stream.eventlog import event_log
 
 logger = logging.getLogger("assistant.liveness")
 REPLIES = uuid.UUID("0c7f6a4e-2b8d-4f1e-9d3a-5e6b7c8d9f01")  # the namespace of derived reply ids

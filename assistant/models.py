@@ -16,6 +16,10 @@ from django.db.models import ExpressionWrapper, Value
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from .core.redaction import hidden_entities, redacted, redacted_entities
+from .core.registry import RiskLevel, registry
+from .core.sealing import seal, unseal
+from .core.storable import shows_something, storable, storable_text, typed_text
 from .exceptions import (
     ActionExpired,
     ActionNotFound,
@@ -25,10 +29,6 @@ from .exceptions import (
     SecondPersonRequired,
     UnknownOperation,
 )
-from .redaction import hidden_entities, redacted, redacted_entities
-from .registry import RiskLevel, registry
-from .sealing import seal, unseal
-from .storable import shows_something, storable, storable_text, typed_text
 
 
 class Tool(models.Model):
@@ -962,7 +962,7 @@ class AccessToken(models.Model):
         )
         if changed:
             self.revoked_at = now
-            # as a save of that field would: runs holding this token learn it (``runner``)
+            # as a save of that field would: runs holding this token learn it (``turns.lanes``)
             models.signals.post_save.send(
                 sender=AccessToken,
                 instance=self,

@@ -3,7 +3,7 @@
 from django.urls import path
 
 from .conf import assistant_settings
-from .consumers import AssistantConsumer
+from .surfaces.websocket import AssistantConsumer
 
 # The chat page connects to WEBSOCKET_PATH: the route is that path, so the two cannot drift.
 websocket_urlpatterns = [

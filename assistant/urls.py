@@ -2,7 +2,9 @@
 
 from django.urls import include, path
 
-from . import agui, views
+from .surfaces import agui
+from .surfaces import pages as views
+from .surfaces.mcp import views as mcp_views
 
 app_name = "assistant"
 
@@ -12,11 +14,11 @@ urlpatterns = [
     path("login/", views.LoginView.as_view(), name="login"),
     path("logout/", views.LogoutView.as_view(), name="logout"),
     path("agui/", agui.AgentView.as_view(), name="agui"),
-    path("api/", include("assistant.api.urls")),
-    path("mcp/", views.mcp_endpoint, name="mcp"),
+    path("api/", include("assistant.surfaces.rest.urls")),
+    path("mcp/", mcp_views.mcp_endpoint, name="mcp"),
     path(
         "mcp/.well-known/oauth-protected-resource",
-        views.mcp_resource_metadata,
+        mcp_views.mcp_resource_metadata,
         name="mcp-resource-metadata",
     ),
 ]

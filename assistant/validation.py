@@ -25,13 +25,13 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
-from .catalog import visible_tools
 from .conf import assistant_settings
+from .core.llm_client import llm_configured, make_client
+from .core.registry import ToolResult, registry
+from .dispatch.catalog import visible_tools
 from .exceptions import AssistantError, InvalidEntities, InvalidTargetFilter, ToolDefinitionError
 from .jobs import JobContext, JobManager
-from .llm_client import llm_configured, make_client
 from .models import ValidationFinding, ValidationRun, ValidationTask
-from .registry import ToolResult, registry
 
 logger = logging.getLogger("assistant.validation")
 Outcome = ValidationFinding.Outcome

@@ -11,7 +11,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from assistant.lifecycle import LifespanMiddleware  # noqa: E402
+from assistant.core.lifecycle import LifespanMiddleware  # noqa: E402
 from assistant.routing import websocket_urlpatterns  # noqa: E402
 
 # LifespanMiddleware starts process-scoped toolsets at startup and stops them at shutdown on

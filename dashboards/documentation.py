@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from assistant.conf import assistant_settings
-from assistant.llm_client import llm_configured, make_client
+from assistant.core.llm_client import llm_configured, make_client
 
 from .models import Dashboard
 

@@ -3,7 +3,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 
-from assistant.catalog import visible_tools
+from assistant.dispatch.catalog import visible_tools
 
 
 def home(request: HttpRequest) -> HttpResponse:

@@ -12,8 +12,8 @@ from asgiref.sync import SyncToAsync
 from django.contrib.auth.models import Group, Permission
 from django.db import connection, connections
 
-from assistant.permissions import access_changed
-from assistant.runner import RUNNING, close_turn_connections
+from assistant.access.permissions import access_changed
+from assistant.turns.lanes import RUNNING, close_turn_connections
 from tests import sockets
 from tests.channel_layers import REDIS_CHANNEL_LAYERS
 from tests.channel_layers import redis_channel_layer as redis_channel_layer_config

@@ -11,12 +11,12 @@ import jsonschema
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from assistant.dispatch import dispatch
-from assistant.entities import INT64_MAX, INT64_MIN, MAX_TEXT_LENGTH
+from assistant.core.entities import INT64_MAX, INT64_MIN, MAX_TEXT_LENGTH
+from assistant.core.registry import AssistantTool, ToolRegistry, ToolResult
+from assistant.core.storable import unstorable
+from assistant.dispatch.door import dispatch
 from assistant.exceptions import InvalidEntities
 from assistant.models import AuditEntry
-from assistant.registry import AssistantTool, ToolRegistry, ToolResult
-from assistant.storable import unstorable
 
 UNSTORABLE = ["\x00", "\ud800", "\udc80", "\udfff"]
 NASTY = [

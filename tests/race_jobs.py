@@ -17,7 +17,7 @@ from urllib.parse import quote
 import pytest
 from django.core.management import call_command
 
-from assistant.dispatch import dispatch
+from assistant.dispatch.door import dispatch
 from assistant.jobs import JobContext
 from assistant.models import Conversation, Job, Message
 from tests.testapp.models import Order

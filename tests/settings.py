@@ -122,7 +122,7 @@ LOGGING = {
 }
 
 # django-oauth-toolkit as MCP clients need it: PKCE, dynamic client registration open to anyone
-# (MCP clients register themselves), and the assistant's scopes (assistant.oauth.SCOPES).
+# (MCP clients register themselves), and the assistant's scopes (assistant.access.oauth.SCOPES).
 OAUTH2_PROVIDER = {
     "PKCE_REQUIRED": True,
     "REFRESH_TOKEN_REUSE_PROTECTION": True,

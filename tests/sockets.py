@@ -9,7 +9,7 @@ from typing import Any
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 
-from assistant.runner import RUNNING
+from assistant.turns.lanes import RUNNING
 from tests.asgi import application
 
 WAIT = 5.0  # seconds any single frame may take to arrive

@@ -22,16 +22,16 @@ from django.db import connection, connections
 from django.test import Client
 from guardian.shortcuts import assign_perm, remove_perm
 
-from assistant import permissions
-from assistant.models import AuditEntry, PendingAction
-from assistant.permissions import (
+from assistant.access import permissions
+from assistant.access.permissions import (
     access_changed,
     access_for,
     can_use_tool,
     refresh_access,
     reread_access,
 )
-from assistant.registry import registry
+from assistant.core.registry import registry
+from assistant.models import AuditEntry, PendingAction
 from tests import sockets
 from tests.conftest import perm
 from tests.sockets import WAIT, Socket, only, receive_run, send

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from assistant.dispatch import dispatch
+from assistant.dispatch.door import dispatch
 from tests.browsing import ARTIFACTS, WAIT
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

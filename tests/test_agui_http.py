@@ -23,9 +23,9 @@ from django.utils import timezone
 from pydantic import TypeAdapter
 from rest_framework.authtoken.models import Token
 
-from assistant import agui
-from assistant.chat import thread_conversation
 from assistant.models import AuditEntry, Conversation, Message, PendingAction
+from assistant.surfaces import agui
+from assistant.turns.chat import thread_conversation
 from tests.openai_peer import USAGE, Reply, call, raw, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm
@@ -659,7 +659,7 @@ def test_a_tool_the_user_may_not_use_is_refused_and_audited_as_from_agui(agent, 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_bounded_personal_token_runs_turns_under_its_ceiling(asgi_live_server, clerk):
-    from assistant import tokens
+    from assistant.access import tokens
 
     order = Order.objects.create(reference="ORD-2")
     _, secret = tokens.issue(clerk, name="widget", max_risk="safe")

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
-from assistant.dispatch import dispatch
+from assistant.dispatch.door import dispatch
 from assistant.models import AuditEntry, Conversation, PendingAction
 from tests.sockets import kind, receive, send
 from tests.testapp.models import Order
@@ -112,7 +112,7 @@ async def test_mcp_call_cancelled_while_its_toolset_starts_is_audited(
     (``in_loop``: a stop at any step, not only while the handler runs)."""
     import asyncio
 
-    from assistant import tokens
+    from assistant.access import tokens
     from tests.mcp_clients import mcp_client
     from tests.testapp.assistant_tools import Sluggish
 
@@ -141,7 +141,7 @@ def test_a_bounded_token_cannot_refuse_an_action_of_a_tool_beyond_its_ceiling(cl
     403 ``token_scope``, and the action keeps waiting."""
     from rest_framework.test import APIClient
 
-    from assistant.tokens import issue
+    from assistant.access.tokens import issue
     from tests.clients import API
 
     order = Order.objects.create(reference="A-1")
@@ -169,9 +169,9 @@ async def test_mcp_retry_after_a_stopped_approved_run_is_not_waiting_forever(
     retry is told ``cancelled`` instead of waiting for an approval for ever."""
     import asyncio
 
-    from assistant import tokens
-    from assistant.confirmation import aconfirm_action
-    from assistant.dispatch import CallContext
+    from assistant.access import tokens
+    from assistant.dispatch.confirmation import aconfirm_action
+    from assistant.dispatch.door import CallContext
     from tests.mcp_clients import mcp_client
 
     settings.ASSISTANT = {**settings.ASSISTANT, "APPROVAL_POLICIES": {"slow": "confirm"}}
@@ -213,8 +213,8 @@ async def test_stdio_mcp_server_notices_a_revoked_permission(reader):
     revoked meanwhile hides and refuses the tool on the next request."""
     from mcp import Client
 
-    from assistant import mcp
-    from assistant.tokens import Bearer
+    from assistant.access.tokens import Bearer
+    from assistant.surfaces.mcp import server as mcp
 
     User = type(reader)
     user = await User.objects.aget(username="reader")  # as the command loads it
@@ -241,7 +241,7 @@ def test_a_bounded_token_answers_no_ag_ui_interrupt_beyond_its_ceiling(
     """AG-UI (``AgentView.applies_ceiling``): a read-only personal token resuming a thread
     neither approves nor refuses a dangerous action it could not call: the run says
     ``token_scope`` (audited denied) and the action keeps waiting."""
-    from assistant.tokens import issue
+    from assistant.access.tokens import issue
     from tests.test_agui_http import Agent, ask_to_cancel, resume
 
     order = Order.objects.create(reference="ORD-1")

@@ -276,7 +276,7 @@ def test_deleting_a_conversation_cancels_its_waiting_actions(clerk: Any) -> None
 def test_an_audit_entry_written_after_its_conversation_went_is_kept_unlinked(
     plain_user: Any,
 ) -> None:
-    from assistant.dispatch import dispatch
+    from assistant.dispatch.door import dispatch
 
     conversation = Conversation.objects.create(user=plain_user, title="gone")
     Conversation.objects.filter(pk=conversation.pk).delete()  # another tab deleted it meanwhile

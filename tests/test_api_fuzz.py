@@ -30,7 +30,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from assistant.tokens import issue
+from assistant.access.tokens import issue
 from tests.testapp.models import Order
 
 API = "/assistant/api/"

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from assistant.dispatch import dispatch
+from assistant.dispatch.door import dispatch
 from assistant.models import AuditEntry, Conversation, Message
 from tests.clients import API, client_for
 

@@ -10,14 +10,14 @@ from asgiref.sync import sync_to_async
 from django.core.management import call_command
 from django.test import override_settings
 
-from assistant.approvals import Approval, policy_for
-from assistant.catalog import inventory_row
+from assistant.access.approvals import Approval, policy_for
 from assistant.checks import check_settings, policy_errors
-from assistant.confirmation import aconfirm_action, confirm_action
-from assistant.dispatch import adispatch, dispatch
+from assistant.core.registry import registry
+from assistant.dispatch.catalog import inventory_row
+from assistant.dispatch.confirmation import aconfirm_action, confirm_action
+from assistant.dispatch.door import adispatch, dispatch
 from assistant.exceptions import SecondPersonRequired
 from assistant.models import AuditEntry, Conversation, Message, PendingAction
-from assistant.registry import registry
 from tests.clients import API, client_for
 from tests.sockets import kind, kinds, only, receive, receive_run, send
 from tests.testapp.models import Order

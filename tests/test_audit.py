@@ -11,12 +11,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from assistant import ToolCall, ToolResult, assistant_tool
-from assistant.api.serializers import OutcomeSerializer, PendingActionSerializer
-from assistant.chat import run_turn
-from assistant.confirmation import confirm_action
-from assistant.dispatch import dispatch
+from assistant.core.registry import ToolRegistry
+from assistant.dispatch.confirmation import confirm_action
+from assistant.dispatch.door import dispatch
 from assistant.models import AuditEntry, Conversation, Message, PendingAction
-from assistant.registry import ToolRegistry
+from assistant.surfaces.drf.serializers import OutcomeSerializer, PendingActionSerializer
+from assistant.turns.chat import run_turn
 
 pytestmark = pytest.mark.django_db
 

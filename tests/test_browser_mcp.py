@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
-from assistant import tokens
+from assistant.access import tokens
 from assistant.models import AuditEntry, PendingAction
 from tests.browsing import ARTIFACTS
 from tests.mcp_clients import mcp_client

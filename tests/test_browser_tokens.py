@@ -8,9 +8,9 @@ from typing import Any, Literal
 import pytest
 from playwright.sync_api import Page, expect
 
+from assistant.access.tokens import Ceiling, authenticate_bearer, issue
+from assistant.core.registry import RiskLevel
 from assistant.models import AccessToken
-from assistant.registry import RiskLevel
-from assistant.tokens import Ceiling, authenticate_bearer, issue
 from tests.axe import assert_accessible
 from tests.browsing import ARTIFACTS, RECORD_VIOLATIONS
 

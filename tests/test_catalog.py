@@ -13,14 +13,14 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import AsyncClient, Client
 
-from assistant.catalog import get_catalog, visible_tools
-from assistant.dispatch import dispatch
-from assistant.lifecycle import (
+from assistant.core.lifecycle import (
     ToolLifecycleState,
     bind_process_session,
     process_session,
     stop_process_session,
 )
+from assistant.dispatch.catalog import get_catalog, visible_tools
+from assistant.dispatch.door import dispatch
 from assistant.models import AuditEntry
 from tests.lifecycles import log as log  # a fixture
 from tests.testapp.assistant_tools import Outage

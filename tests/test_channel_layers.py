@@ -26,9 +26,9 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 from websockets.typing import Origin
 
-from assistant.broadcast import same_server
-from assistant.eventlog import MemoryEventLog, RedisEventLog, event_log
 from assistant.models import AuditEntry, Conversation, Message
+from assistant.stream.broadcast import same_server
+from assistant.stream.eventlog import MemoryEventLog, RedisEventLog, event_log
 from tests.channel_layers import REDIS_CHANNEL_LAYERS
 from tests.channel_layers import redis_channel_layer as redis_channel_layer_config
 from tests.conftest import REDIS_URL, perm

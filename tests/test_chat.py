@@ -11,12 +11,12 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.db import DatabaseError
 
 from assistant import ToolCall, ToolResult, assistant_tool
-from assistant.chat import check_title, run_started_turn, run_turn, start_turn
+from assistant.core.registry import ToolRegistry, registry
 from assistant.exceptions import ConversationNotFound, InvalidMessage, InvalidTitle
 from assistant.models import AuditEntry, Conversation, Message
-from assistant.planner.keywords import reply_text
-from assistant.registry import ToolRegistry, registry
-from assistant.turn import TURN_FAILED, Turn, short_title
+from assistant.turns.chat import check_title, run_started_turn, run_turn, start_turn
+from assistant.turns.planners.keywords import reply_text
+from assistant.turns.turn import TURN_FAILED, Turn, short_title
 from tests.testapp.models import Order
 
 pytestmark = pytest.mark.django_db
@@ -216,7 +216,7 @@ def test_a_planner_crash_leaves_a_failed_reply_and_keeps_the_question(plain_user
     def crash(*args, **kwargs):
         raise RuntimeError("planner down: secret stack detail")
 
-    monkeypatch.setattr("assistant.planner.keywords.plan", crash)
+    monkeypatch.setattr("assistant.turns.planners.keywords.plan", crash)
 
     turn = run_turn(plain_user, "ping")
 
@@ -270,7 +270,7 @@ def test_a_keyword_turn_stores_its_reply_in_the_hop_that_runs_its_tool(plain_use
         steps.append(getattr(function, "__name__", repr(function)))
         return sync_to_async(function, *args, **kwargs)
 
-    monkeypatch.setattr("assistant.turn.sync_to_async", counted)
+    monkeypatch.setattr("assistant.turns.turn.sync_to_async", counted)
 
     turn = run_turn(plain_user, "ping")
 

@@ -18,7 +18,7 @@ from assistant.checks import (
     tool_errors,
 )
 from assistant.conf import LLM_SETTINGS, SETTINGS, assistant_settings
-from assistant.registry import ToolRegistry, registry
+from assistant.core.registry import ToolRegistry, registry
 
 
 def ids(messages: Any) -> list[str]:

@@ -12,12 +12,12 @@ from django.utils import timezone
 from django.utils.functional import SimpleLazyObject
 from guardian.shortcuts import assign_perm
 
-from assistant import compiled
-from assistant.compiled import rows_for
-from assistant.consumers import _waiting_actions
-from assistant.dispatch import dispatch
+from assistant.access.permissions import _reload_flags, access_for, reread_access
+from assistant.core import compiled
+from assistant.core.compiled import rows_for
+from assistant.dispatch.door import dispatch
 from assistant.models import Conversation, Message, PendingAction
-from assistant.permissions import _reload_flags, access_for, reread_access
+from assistant.surfaces.websocket import _waiting_actions
 from tests.conftest import perm
 from tests.testapp.models import Order
 

@@ -12,8 +12,8 @@ from django.db import connection
 from django.utils import timezone
 from guardian.shortcuts import assign_perm, remove_perm
 
-from assistant.confirmation import aconfirm_action, cancel_action, confirm_action
-from assistant.dispatch import adispatch, dispatch
+from assistant.dispatch.confirmation import aconfirm_action, cancel_action, confirm_action
+from assistant.dispatch.door import adispatch, dispatch
 from assistant.exceptions import ActionNotFound, AlreadyDecided
 from assistant.models import AuditEntry, PendingAction, entities_digest
 from tests.testapp.models import Order

@@ -22,7 +22,7 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from assistant import tokens
+from assistant.access import tokens
 from assistant.models import AccessToken, AuditEntry, Job, Message, PendingAction
 from tests.openai_peer import Reply, call, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
@@ -403,7 +403,7 @@ async def test_a_user_deactivated_while_the_socket_is_open_asks_the_model_nothin
 def test_each_check_is_one_query_and_none_until_something_ends(
     plain_user, django_assert_num_queries, django_capture_on_commit_callbacks
 ):
-    from assistant.credentials import Credential, of_bearer
+    from assistant.access.credentials import Credential, of_bearer
 
     token, secret = tokens.issue(plain_user, name="ci")
     drf = Token.objects.create(user=plain_user)
@@ -435,7 +435,7 @@ def test_an_oauth_tokens_check_is_one_query_and_names_its_lapse(
 ):
     from oauth2_provider.models import get_access_token_model
 
-    from assistant.credentials import Credential
+    from assistant.access.credentials import Credential
     from tests.test_mcp_oauth import issue_token
 
     issue_token(clerk, resource=["http://testserver/assistant/mcp/"])

@@ -38,7 +38,7 @@ import json
 from django.contrib.auth import get_user_model
 from django.test import Client
 from rest_framework.authtoken.models import Token
-from assistant import tokens
+from assistant.access import tokens
 user = get_user_model().objects.create_user("ops", password="pw")
 browser = Client()
 browser.force_login(user)

@@ -51,7 +51,7 @@ async def test_a_conversation_deleted_elsewhere_is_not_found_on_an_open_socket(
 
 
 def _ask_in(user: Any, conversation: Conversation) -> PendingAction:
-    from assistant.dispatch import dispatch
+    from assistant.dispatch.door import dispatch
     from tests.testapp.models import Order
 
     order = Order.objects.create(reference="ORD-1")
@@ -136,7 +136,7 @@ def test_a_gated_call_in_a_conversation_deleted_meanwhile_is_audited_not_lost(se
     """As a run call does (README: "a tool call that still finishes after the deletion writes
     its audit entry unlinked rather than losing it"), a call that reaches the confirmation gate
     after its conversation was deleted is answered and audited: no IntegrityError escapes."""
-    from assistant.dispatch import dispatch
+    from assistant.dispatch.door import dispatch
     from tests.testapp.models import Order
 
     settings.ASSISTANT = BASE
@@ -159,7 +159,7 @@ def test_a_rest_turn_whose_conversation_is_deleted_before_its_gate_audits_the_ca
 ):
     """The same through a whole turn: the conversation is deleted (over REST, by its user's
     other tab) while the turn prepares its call; the call still leaves its audit entry."""
-    import assistant.dispatch as dispatch_module
+    import assistant.dispatch.door as dispatch_module
     from tests.testapp.models import Order
 
     settings.ASSISTANT = BASE
@@ -193,7 +193,7 @@ def test_two_first_runs_on_one_new_agui_thread_both_store_their_message(plain_us
     """Both runs read the thread before either stored it (``AgentView.post`` then the lane's
     ``_begin``): the second's message belongs in the conversation the first created, not a
     ``message_not_stored`` refusal (the database refused nothing the user sent)."""
-    from assistant.chat import start_turn, thread_conversation
+    from assistant.turns.chat import start_turn, thread_conversation
 
     first = thread_conversation(plain_user, "thread-1")
     second = thread_conversation(plain_user, "thread-1")  # read before the first was stored
@@ -223,7 +223,7 @@ async def test_an_mcp_call_whose_token_is_revoked_while_it_waits_gets_no_job_res
     from django.utils import timezone
 
     import assistant.jobs as jobs_module
-    from assistant import tokens
+    from assistant.access import tokens
     from assistant.models import AccessToken, Job
 
     settings.ASSISTANT = {**BASE, "MCP_JOB_WAIT": 30}

@@ -8,11 +8,11 @@ import threading
 import pytest
 from django.contrib.auth.models import AnonymousUser
 
-from assistant.catalog import get_catalog
-from assistant.dispatch import adispatch, dispatch
+from assistant.core.registry import registry
+from assistant.dispatch.catalog import get_catalog
+from assistant.dispatch.door import adispatch, dispatch
 from assistant.models import AuditEntry, Conversation, PendingAction
-from assistant.planner import Intent
-from assistant.registry import registry
+from assistant.turns.planners import Intent
 from tests.testapp.models import Order
 
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
 
-from assistant.chat import arun_turn
-from assistant.dispatch import DispatchCancelled, adispatch, dispatch, in_one_hop
+from assistant.dispatch.door import DispatchCancelled, adispatch, dispatch, in_one_hop
 from assistant.models import AuditEntry
+from assistant.turns.chat import arun_turn
 from tests.sockets import WAIT
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from assistant.registry import registry
+from assistant.core.registry import registry
 from tests.entity_fuzzing import EXAMPLES, fuzz_real_handler, fuzz_recorded
 
 TOOLS = {f"{site.name}:{tool.operation}": (tool, site) for site in (registry,) for tool in site}

@@ -19,8 +19,8 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from assistant.broadcast import published_by
-from assistant.eventlog import RedisEventLog, event_log
+from assistant.stream.broadcast import published_by
+from assistant.stream.eventlog import RedisEventLog, event_log
 from tests.channel_layers import redis_channel_layer as redis_channel_layer_config
 from tests.conftest import REQUIRE_SERVICES
 from tests.sockets import WAIT, count_group_sends, kinds, receive_run, send

@@ -11,8 +11,8 @@ import pytest
 from ag_ui.core import Event, Interrupt, TokenUsage
 from pydantic import TypeAdapter
 
-from assistant import events
 from assistant.models import Message
+from assistant.stream import events
 
 AG_UI_EVENT: TypeAdapter[Any] = TypeAdapter(Event)
 USAGE = [TokenUsage(model="m", input_tokens=3, output_tokens=4, total_tokens=7)]

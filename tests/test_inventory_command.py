@@ -10,8 +10,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from guardian.shortcuts import assign_perm
 
-from assistant.catalog import get_catalog
-from assistant.registry import registry
+from assistant.core.registry import registry
+from assistant.dispatch.catalog import get_catalog
 from tests.testapp.models import Order
 
 TESTAPP = "tests.testapp.assistant_tools"

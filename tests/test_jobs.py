@@ -12,7 +12,7 @@ import pytest
 from django.core.management import CommandError
 from django.utils import timezone
 
-from assistant.dispatch import dispatch
+from assistant.dispatch.door import dispatch
 from assistant.exceptions import Cancelled, JobDefinitionError, JobNotFound
 from assistant.jobs import JobContext, JobManager, cancel_job, execute_job
 from assistant.models import Conversation, Job, Message

@@ -7,11 +7,11 @@ import uuid
 
 import pytest
 
-from assistant.catalog import visible_tools
-from assistant.dispatch import dispatch
-from assistant.planner import Intent
-from assistant.planner.keywords import extract_entities, match_tool, plan
-from assistant.registry import registry
+from assistant.core.registry import registry
+from assistant.dispatch.catalog import visible_tools
+from assistant.dispatch.door import dispatch
+from assistant.turns.planners import Intent
+from assistant.turns.planners.keywords import extract_entities, match_tool, plan
 
 pytestmark = pytest.mark.django_db
 

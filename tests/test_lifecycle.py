@@ -23,11 +23,7 @@ from assistant import (
     assistant_tool,
     register_toolset,
 )
-from assistant.catalog import get_catalog, visible_tools
-from assistant.chat import arun_turn
-from assistant.dispatch import adispatch, dispatch
-from assistant.exceptions import Cancelled, ToolDefinitionError
-from assistant.lifecycle import (
+from assistant.core.lifecycle import (
     LifespanMiddleware,
     ToolSession,
     bind_process_session,
@@ -36,8 +32,12 @@ from assistant.lifecycle import (
     registered_toolsets,
     stop_process_session,
 )
+from assistant.core.registry import ToolRegistry, registry
+from assistant.dispatch.catalog import get_catalog, visible_tools
+from assistant.dispatch.door import adispatch, dispatch
+from assistant.exceptions import Cancelled, ToolDefinitionError
 from assistant.models import AuditEntry
-from assistant.registry import ToolRegistry, registry
+from assistant.turns.chat import arun_turn
 from tests.lifecycles import eventually
 from tests.lifecycles import log as log  # a fixture
 from tests.testapp import assistant_tools as testapp_tools

@@ -16,14 +16,14 @@ from channels.layers import get_channel_layer
 from django.test import Client
 from rest_framework.authtoken.models import Token
 
-from assistant.broadcast import group_name
-from assistant.cancellation import CancellationToken
-from assistant.chat import arun_turn, run_turn
 from assistant.checks import check_settings
-from assistant.dispatch import dispatch
-from assistant.eventlog import event_log
+from assistant.core.cancellation import CancellationToken
+from assistant.dispatch.door import dispatch
 from assistant.models import AuditEntry, Conversation
-from assistant.planner.llm import StreamedCalls
+from assistant.stream.broadcast import group_name
+from assistant.stream.eventlog import event_log
+from assistant.turns.chat import arun_turn, run_turn
+from assistant.turns.planners.llm import StreamedCalls
 from tests.openai_peer import call, endless, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm
@@ -297,13 +297,13 @@ async def test_a_never_ending_stream_ends_at_the_turn_deadline_with_the_reply_st
 @pytest.mark.django_db(transaction=True)
 async def test_the_turn_deadline_holds_for_a_tool_that_runs_on(plain_user, settings):
     settings.ASSISTANT = {**settings.ASSISTANT, "TURN_DEADLINE": 0.5}
-    from assistant.turn import Turn
+    from assistant.turns.turn import Turn
 
     async def forever(turn: Turn) -> None:
         await turn.say("Working ")
         await asyncio.sleep(30)
 
-    from assistant import chat
+    from assistant.turns import chat
 
     started = time.monotonic()
     async with asyncio.timeout(5):

@@ -12,14 +12,14 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings as django_settings
 
-from assistant.broadcast import group_name
-from assistant.cancellation import CancellationToken
-from assistant.catalog import get_catalog, visible_tools
-from assistant.chat import arun_turn, run_turn
 from assistant.conf import LLM_DEFAULTS
+from assistant.core.cancellation import CancellationToken
+from assistant.core.registry import registry
+from assistant.dispatch.catalog import get_catalog, visible_tools
 from assistant.models import AuditEntry, Conversation, PendingAction
-from assistant.planner.llm import FALLBACK_NOTICE, RESULT_LIMIT
-from assistant.registry import registry
+from assistant.stream.broadcast import group_name
+from assistant.turns.chat import arun_turn, run_turn
+from assistant.turns.planners.llm import FALLBACK_NOTICE, RESULT_LIMIT
 from tests.openai_peer import call, closed_port_url, error, stall, text, tool_calls, trickle
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from assistant.chat import run_turn
 from assistant.models import AuditEntry
+from assistant.turns.chat import run_turn
 from tests.openai_peer import call, raw, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm

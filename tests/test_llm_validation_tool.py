@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from guardian.shortcuts import assign_perm
 
-from assistant.dispatch import dispatch
+from assistant.dispatch.door import dispatch
 from assistant.models import Job, ValidationRun, ValidationTask
 from tests.validations import findings, refetch
 from tests.validations import orders as orders  # a fixture

@@ -14,8 +14,8 @@ from django.test import Client as DjangoClient
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
-from assistant import tokens
-from assistant.catalog import get_catalog
+from assistant.access import tokens
+from assistant.dispatch.catalog import get_catalog
 from assistant.models import AuditEntry, PendingAction
 from tests.mcp_clients import MODES, PATH, mcp_client
 from tests.race_jobs import workers as workers  # a fixture
@@ -319,7 +319,7 @@ async def test_a_client_without_elicitation_is_told_where_to_approve(
 async def test_a_rejected_action_is_what_the_retry_returns(
     asgi_live_server: str, clerk: Any
 ) -> None:
-    from assistant.confirmation import cancel_action
+    from assistant.dispatch.confirmation import cancel_action
 
     order = await sync_to_async(Order.objects.create)(reference="ORD-8", owner=clerk)
     async with mcp_client(asgi_live_server, await issue(clerk)) as client:
@@ -336,7 +336,7 @@ async def test_a_rejected_action_is_what_the_retry_returns(
 async def test_another_tokens_retry_does_not_reach_the_action(
     asgi_live_server: str, clerk: Any
 ) -> None:
-    from assistant.confirmation import confirm_action
+    from assistant.dispatch.confirmation import confirm_action
 
     order = await sync_to_async(Order.objects.create)(reference="ORD-9", owner=clerk)
     async with mcp_client(asgi_live_server, await issue(clerk, name="one")) as client:

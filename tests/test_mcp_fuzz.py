@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp.shared.inbound import encode_header_value
 
-from assistant import tokens
+from assistant.access import tokens
 from assistant.models import AuditEntry, PendingAction
 from tests.testapp.models import Order
 

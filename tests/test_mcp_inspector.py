@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from assistant import tokens
+from assistant.access import tokens
 from assistant.models import AuditEntry
 from tests.conftest import REQUIRE_SERVICES
 from tests.mcp_clients import PATH, ROOT

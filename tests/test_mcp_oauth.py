@@ -38,8 +38,8 @@ from mcp.shared.auth import (
 )
 from oauth2_provider.models import get_access_token_model, get_application_model
 
-from assistant.catalog import visible_tools
 from assistant.checks import check_oauth
+from assistant.dispatch.catalog import visible_tools
 from assistant.models import AuditEntry
 from tests.testapp.models import Order
 

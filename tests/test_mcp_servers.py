@@ -14,8 +14,8 @@ import pytest
 from asgiref.sync import sync_to_async
 from mcp import Client, StdioServerParameters
 
-from assistant import tokens
-from assistant.confirmation import confirm_action
+from assistant.access import tokens
+from assistant.dispatch.confirmation import confirm_action
 from assistant.models import AuditEntry, PendingAction
 from tests.mcp_clients import MODES, ROOT, database_url, mcp_client, server_processes
 from tests.testapp.models import Order

@@ -10,7 +10,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from mcp.shared.exceptions import MCPError
 
-from assistant import tokens
+from assistant.access import tokens
 from tests.mcp_clients import mcp_client
 
 pytestmark = pytest.mark.django_db(transaction=True)

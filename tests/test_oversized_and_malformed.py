@@ -10,7 +10,7 @@ import pytest
 from django.test import AsyncClient, Client
 from rest_framework.authtoken.models import Token
 
-from assistant import tokens
+from assistant.access import tokens
 from assistant.models import Conversation, Message
 from tests.test_agui_http import agent as agent  # the fixture
 from tests.test_agui_http import run_input

@@ -7,12 +7,12 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AnonymousUser, Group, Permission
 from guardian.shortcuts import assign_perm, remove_perm
 
-from assistant.api.serializers import OutcomeSerializer
-from assistant.catalog import get_catalog, visible_tools
-from assistant.dispatch import dispatch
+from assistant.access.permissions import access_for, explain, forget_access, permission_map
+from assistant.core.registry import registry
+from assistant.dispatch.catalog import get_catalog, visible_tools
+from assistant.dispatch.door import dispatch
 from assistant.models import AuditEntry, PendingAction
-from assistant.permissions import access_for, explain, forget_access, permission_map
-from assistant.registry import registry
+from assistant.surfaces.drf.serializers import OutcomeSerializer
 from tests.conftest import perm
 from tests.testapp.models import Order
 

@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 
 from assistant import Prepared, ToolCall, ToolResult, assistant_tool
-from assistant.confirmation import confirm_action
-from assistant.dispatch import adispatch, dispatch
+from assistant.core.registry import ToolRegistry
+from assistant.dispatch.confirmation import confirm_action
+from assistant.dispatch.door import adispatch, dispatch
 from assistant.exceptions import (
     InvalidEntities,
     PermissionDenied,
@@ -16,7 +17,6 @@ from assistant.exceptions import (
     ToolDefinitionError,
 )
 from assistant.models import AuditEntry, PendingAction, entities_digest
-from assistant.registry import ToolRegistry
 
 CRATES = {"red crate": 7, "blue crate": 8, "red box": 9}
 

@@ -10,15 +10,15 @@ from django.contrib.auth.models import AnonymousUser
 from django.test import override_settings
 
 from assistant import AssistantTool, ToolCall, ToolResult, assistant_tool
-from assistant.catalog import get_catalog, visible_tools
+from assistant.access.permissions import permission_map
+from assistant.core.registry import RiskLevel, ToolRegistry, registry
+from assistant.dispatch.catalog import get_catalog, visible_tools
 from assistant.exceptions import (
     AlreadyRegistered,
     RegistryFrozen,
     ToolDefinitionError,
     UnknownOperation,
 )
-from assistant.permissions import permission_map
-from assistant.registry import RiskLevel, ToolRegistry, registry
 
 
 @pytest.fixture

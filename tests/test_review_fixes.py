@@ -11,12 +11,12 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from assistant import ToolCall, ToolResult, assistant_tool
-from assistant.chat import run_turn
-from assistant.confirmation import confirm_action
-from assistant.dispatch import dispatch
+from assistant.core.registry import ToolRegistry
+from assistant.dispatch.confirmation import confirm_action
+from assistant.dispatch.door import dispatch
 from assistant.exceptions import ToolDefinitionError
 from assistant.models import AuditEntry, Conversation, Message
-from assistant.registry import ToolRegistry
+from assistant.turns.chat import run_turn
 from tests.clients import API
 from tests.sockets import connect
 
@@ -212,7 +212,7 @@ def test_a_body_nested_past_the_interpreters_depth_is_a_400(superuser, path):
 def test_a_lost_reply_frees_its_idempotency_key_so_the_retry_runs(plain_user, monkeypatch):
     from django.db import DatabaseError
 
-    from assistant.turn import Turn
+    from assistant.turns.turn import Turn
 
     real_store = Turn._store
     gone = [True]  # the database is away for the whole first turn

@@ -14,12 +14,12 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.db import connection
 
-from assistant.broadcast import group_name
-from assistant.chat import NewMessage, launch
 from assistant.conf import assistant_settings
-from assistant.llm_client import shared_async_client
+from assistant.core.llm_client import shared_async_client
 from assistant.models import Message
-from assistant.runner import TurnThreads
+from assistant.stream.broadcast import group_name
+from assistant.turns.chat import NewMessage, launch
+from assistant.turns.lanes import TurnThreads
 from tests.openai_peer import Reply
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm

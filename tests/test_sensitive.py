@@ -17,13 +17,13 @@ from django.test import Client
 from django.utils import timezone
 
 from assistant import ToolCall, ToolResult, assistant_tool
-from assistant.chat import run_turn
-from assistant.confirmation import cancel_action, confirm_action
-from assistant.dispatch import dispatch
-from assistant.eventlog import RedisEventLog, event_log
+from assistant.core.registry import ToolRegistry
+from assistant.dispatch.confirmation import cancel_action, confirm_action
+from assistant.dispatch.door import dispatch
 from assistant.exceptions import ActionExpired
 from assistant.models import AuditEntry, Conversation, Job, Message, PendingAction
-from assistant.registry import ToolRegistry
+from assistant.stream.eventlog import RedisEventLog, event_log
+from assistant.turns.chat import run_turn
 from tests.clients import API, client_for
 from tests.conftest import REDIS_URL
 from tests.openai_peer import call, closed_port_url, text, tool_calls

@@ -1,6 +1,6 @@
 import pytest
 
-from assistant.dispatch import dispatch
+from assistant.dispatch.door import dispatch
 
 
 @pytest.mark.django_db

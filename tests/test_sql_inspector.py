@@ -19,14 +19,14 @@ from django.core.management import call_command
 from django.db import connection
 
 from assistant import CancellationToken, register_toolset
-from assistant.chat import answer_action, arun_turn, decision_turn, run_started_turn
 from assistant.checks import sql_role_warnings
-from assistant.confirmation import aconfirm_action
-from assistant.dispatch import DispatchCancelled, Outcome, adispatch
-from assistant.lifecycle import ToolLifecycleState, ToolSession
+from assistant.core.lifecycle import ToolLifecycleState, ToolSession
+from assistant.core.registry import ToolRegistry
+from assistant.dispatch.confirmation import aconfirm_action
+from assistant.dispatch.door import DispatchCancelled, Outcome, adispatch
 from assistant.models import AuditEntry, Message, PendingAction
-from assistant.registry import ToolRegistry
 from assistant.toolsets.sql import SQLInspector, _backend
+from assistant.turns.chat import answer_action, arun_turn, decision_turn, run_started_turn
 from tests.conftest import drop_role
 from tests.testapp import assistant_tools as testapp_tools
 from tests.testapp.models import Order
@@ -857,7 +857,7 @@ async def counted_in_a_chat(socket: Any) -> list[list[Any]]:
 async def test_open_chats_hold_no_inspector_connection_between_calls(
     open_socket: Any, analyst: Any, orders: list[str]
 ) -> None:
-    from assistant.lifecycle import stop_process_session
+    from assistant.core.lifecycle import stop_process_session
 
     try:
         sockets = await chats_that_listed_tables(open_socket, analyst)

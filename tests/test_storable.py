@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from assistant.chat import check_message
-from assistant.dispatch import dispatch
+from assistant.core.storable import storable, storable_text, unstorable
+from assistant.dispatch.door import dispatch
 from assistant.exceptions import InvalidMessage
 from assistant.models import AuditEntry, Conversation, Job, Message, PendingAction
-from assistant.storable import storable, storable_text, unstorable
+from assistant.turns.chat import check_message
 from tests.testapp.assistant_tools import RECORDED
 
 API = "/assistant/api"

@@ -10,13 +10,13 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from assistant.catalog import get_catalog, visible_tools
-from assistant.chat import run_turn
-from assistant.dispatch import dispatch
+from assistant.access.tokens import Ceiling, authenticate_bearer, ceiling_of, issue
+from assistant.core.registry import RiskLevel, registry
+from assistant.dispatch.catalog import get_catalog, visible_tools
+from assistant.dispatch.door import dispatch
 from assistant.exceptions import AccountInactive, InvalidToken
 from assistant.models import AccessToken, AuditEntry, PendingAction
-from assistant.registry import RiskLevel, registry
-from assistant.tokens import Ceiling, authenticate_bearer, ceiling_of, issue
+from assistant.turns.chat import run_turn
 from tests.clients import API, PUBLIC_TOOLS, client_for, dispatch_call, operations
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import text

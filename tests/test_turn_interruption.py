@@ -27,11 +27,11 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from assistant import liveness
-from assistant.chat import start_turn
 from assistant.checks import check_turn_liveness
 from assistant.liveness import areap_interrupted_turns, reap_interrupted_turns, reply_id
 from assistant.models import AuditEntry, Conversation, Message, PendingAction, ServerProcess
-from assistant.turn import Turn
+from assistant.turns.chat import start_turn
+from assistant.turns.turn import Turn
 from tests.clients import API
 from tests.conftest import REDIS_URL
 from tests.openai_peer import LONGEST_STALL, Peer, Reply, call, tool_calls

@@ -9,8 +9,8 @@ from django.conf import settings as django_settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
+from assistant.core.registry import registry
 from assistant.models import ValidationRun, ValidationTask
-from assistant.registry import registry
 from assistant.validation import ValidationTaskService
 from tests.conftest import perm
 from tests.openai_peer import closed_port_url, error, text

@@ -17,11 +17,11 @@ from django.test import Client, override_settings
 from django.utils import timezone
 from pydantic import TypeAdapter
 
-from assistant.broadcast import Publisher, group_name
-from assistant.consumers import _arrays
-from assistant.dispatch import adispatch
+from assistant.dispatch.door import adispatch
 from assistant.models import AuditEntry, Conversation, Message, PendingAction
-from assistant.turn import TURN_FAILED
+from assistant.stream.broadcast import Publisher, group_name
+from assistant.surfaces.websocket import _arrays
+from assistant.turns.turn import TURN_FAILED
 from tests.sockets import (
     WAIT,
     Socket,
@@ -796,7 +796,7 @@ async def test_a_crashing_planner_ends_with_run_error_and_a_stored_failed_reply(
     def broken_plan(*args: Any, **kwargs: Any) -> list[Any]:
         raise RuntimeError("planner internals 42")
 
-    monkeypatch.setattr("assistant.planner.keywords.plan", broken_plan)
+    monkeypatch.setattr("assistant.turns.planners.keywords.plan", broken_plan)
     socket = await open_socket(plain_user)
 
     await send(socket, type="message", text="ping")

@@ -388,7 +388,7 @@ async def test_the_llm_planner_without_openai_still_echoes_the_message_and_ends_
     open_socket, plain_user, settings, monkeypatch
 ):
     monkeypatch.setitem(sys.modules, "openai", None)  # as if the package were not installed
-    monkeypatch.delitem(sys.modules, "assistant.planner.llm", raising=False)
+    monkeypatch.delitem(sys.modules, "assistant.turns.planners.llm", raising=False)
     settings.ASSISTANT = {**settings.ASSISTANT, "PLANNER": "llm"}
     socket = await open_socket(plain_user)
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from channels.testing import WebsocketCommunicator
 
-from assistant.runner import RUNNING
+from assistant.turns.lanes import RUNNING
 from tests.asgi import application
 from tests.lifecycles import eventually
 from tests.lifecycles import log as log  # a fixture

@@ -24,8 +24,8 @@ from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 
+from ..core.registry import registry
 from ..models import AuditEntry, AuditQuerySet, Job
-from ..registry import registry
 from .base import ReadOnlyAdmin, badge, change_link
 
 EXPORT_CHUNK = 2000  # audit rows read per query while exporting

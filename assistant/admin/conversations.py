@@ -15,9 +15,9 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from ..budgets import budget_for
-from ..chat import delete_conversations
 from ..models import BudgetUsage, Conversation, Message, PendingAction
+from ..turns.budgets import budget_for
+from ..turns.chat import delete_conversations
 from .base import ReadOnlyAdmin, badge, change_link, page_context
 
 

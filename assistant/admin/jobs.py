@@ -10,7 +10,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
 
-from ..confirmation import record_action
+from ..dispatch.confirmation import record_action
 from ..jobs import announce_completion
 from ..models import Job
 from .base import ReadOnlyAdmin, badge

@@ -9,7 +9,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
-from ..confirmation import record_action
+from ..dispatch.confirmation import record_action
 from ..models import AccessToken
 from .base import ReadOnlyAdmin, badge
 

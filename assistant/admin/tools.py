@@ -9,10 +9,10 @@ from django.contrib.auth import get_user_model
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
-from ..catalog import hidden_reasons, inventory_row
+from ..access.permissions import required_permissions
+from ..core.registry import registry
+from ..dispatch.catalog import hidden_reasons, inventory_row
 from ..models import Tool
-from ..permissions import required_permissions
-from ..registry import registry
 from .base import page_context
 
 

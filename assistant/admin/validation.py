@@ -14,7 +14,7 @@ from django.utils.html import format_html, format_html_join
 from django.views.decorators.http import require_POST
 from guardian.admin import GuardedModelAdmin
 
-from ..confirmation import record_action
+from ..dispatch.confirmation import record_action
 from ..exceptions import InvalidEntities
 from ..models import ValidationFinding, ValidationRun, ValidationTask
 from ..validation import ValidationTaskService, check_target_filter, normalise_rules, parse_schedule

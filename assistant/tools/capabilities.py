@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from itertools import groupby
 
-from ..approvals import policy_for
-from ..catalog import visible_tools
-from ..registry import ToolCall, ToolResult, assistant_tool
+from ..access.approvals import policy_for
+from ..core.registry import ToolCall, ToolResult, assistant_tool
+from ..dispatch.catalog import visible_tools
 
 
 @assistant_tool(

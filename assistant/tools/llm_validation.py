@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from ..core.registry import ToolCall, ToolResult, assistant_tool
 from ..models import ValidationRun
-from ..registry import ToolCall, ToolResult, assistant_tool
 from ..validation import ValidationTaskService
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import uuid
 from typing import Annotated
 
+from ..core.registry import ToolCall, ToolResult, assistant_tool
 from ..jobs import job_event
 from ..models import Job
-from ..registry import ToolCall, ToolResult, assistant_tool
 
 
 @assistant_tool(

@@ -29,10 +29,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, Protocol
 
-from ..cancellation import CancellationToken
+from ..core.cancellation import CancellationToken
+from ..core.lifecycle import Toolset
+from ..core.registry import ToolCall, ToolResult, assistant_tool
 from ..exceptions import ToolTimeout, UnsafeDatabaseRole
-from ..lifecycle import Toolset
-from ..registry import ToolCall, ToolResult, assistant_tool
 
 SUMMARY_ROWS = 10  # rows the model sees; the UI gets every row up to the cap
 

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from assistant.dispatch import dispatch
+from assistant.access.tokens import issue
+from assistant.dispatch.door import dispatch
 from assistant.models import AuditEntry, Conversation, Job, ValidationFinding, ValidationRun
-from assistant.tokens import issue
 from assistant.validation import ValidationTaskService
 from tests.admin.pages import SECRET, VIEW_EVERYTHING, History
 from tests.clients import client_for

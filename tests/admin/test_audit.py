@@ -20,9 +20,9 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from assistant.dispatch import dispatch
+from assistant.core.registry import registry
+from assistant.dispatch.door import dispatch
 from assistant.models import AuditEntry, Job
-from assistant.registry import registry
 from tests.admin.pages import (
     APPROVALS,
     AUDIT,

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from assistant.chat import run_turn
 from assistant.exceptions import ActionExpired
 from assistant.models import AuditEntry, Conversation, PendingAction
+from assistant.turns.chat import run_turn
 from tests.admin.pages import (
     APPROVALS,
     AUDIT,

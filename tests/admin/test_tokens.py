@@ -9,8 +9,8 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from assistant.access.tokens import issue
 from assistant.models import AccessToken, AuditEntry
-from assistant.tokens import issue
 from tests.admin.pages import TOKENS, page_text, result_rows
 from tests.clients import client_for
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from assistant.registry import registry
+from assistant.core.registry import registry
 from tests.admin.pages import INVENTORY, page_text, strip_tags
 
 pytestmark = pytest.mark.django_db

@@ -113,7 +113,7 @@ def setup() -> Any:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0, run_syncdb=True)
-    from assistant.registry import registry
+    from assistant.core.registry import registry
 
     for operation in ("ping", "cancel_order"):
         probes[registry.get(operation).handler.__code__] = operation
@@ -123,7 +123,7 @@ def setup() -> Any:
 
 
 def pending_cancel(user: Any) -> str:
-    from assistant.dispatch import dispatch
+    from assistant.dispatch.door import dispatch
     from tests.testapp.models import Order
 
     order = Order.objects.create(reference=f"H-{Order.objects.count()}")

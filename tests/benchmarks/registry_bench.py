@@ -67,7 +67,7 @@ def generated_handlers(count: int) -> list[types.FunctionType]:
 
 
 def bench_registration(name: str = "bench") -> tuple[float, Any]:
-    from assistant.registry import ToolRegistry, assistant_tool
+    from assistant.core.registry import ToolRegistry, assistant_tool
 
     site = ToolRegistry(name)
     handlers = generated_handlers(TOOLS)
@@ -90,8 +90,8 @@ def make_permissions(site: Any) -> None:
     from django.contrib.auth.models import Permission
     from django.contrib.contenttypes.models import ContentType
 
+    from assistant.access.permissions import assistant_codename
     from assistant.models import Tool
-    from assistant.permissions import assistant_codename
 
     content_type = ContentType.objects.get_for_model(Tool, for_concrete_model=False)
     Permission.objects.bulk_create(
@@ -112,7 +112,7 @@ def bench_catalog(site: Any) -> tuple[int, float, int]:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from assistant.catalog import get_catalog
+    from assistant.dispatch.catalog import get_catalog
 
     user = User.objects.create_user("catalog-bench", password="x")
     granted = Permission.objects.filter(
@@ -147,13 +147,13 @@ def machine_loop_ms() -> float:
 
 
 def noop(call: Any) -> Any:
-    from assistant.registry import ToolResult
+    from assistant.core.registry import ToolResult
 
     return ToolResult(text="ok")
 
 
 async def anoop(call: Any) -> Any:
-    from assistant.registry import ToolResult
+    from assistant.core.registry import ToolResult
 
     return ToolResult(text="ok")
 
@@ -161,9 +161,9 @@ async def anoop(call: Any) -> Any:
 def bench_dispatch(audit: bool, calls: int) -> dict[str, float]:
     from django.contrib.auth.models import Permission, User
 
-    import assistant.dispatch as dispatch_module
+    import assistant.dispatch.door as dispatch_module
+    from assistant.core.registry import ToolCall, ToolRegistry, assistant_tool
     from assistant.jobs import JobManager
-    from assistant.registry import ToolCall, ToolRegistry, assistant_tool
 
     site = ToolRegistry("dispatch-bench")
     for operation, handler in (("noop", noop), ("anoop", anoop)):

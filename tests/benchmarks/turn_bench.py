@@ -81,8 +81,8 @@ def redis_calls() -> dict[str, int]:
 
 
 async def turns(user: Any, count: int, repeat: int) -> None:
-    from assistant.chat import arun_turn
-    from assistant.lifecycle import new_session
+    from assistant.core.lifecycle import new_session
+    from assistant.turns.chat import arun_turn
 
     session = new_session()
     first = await arun_turn(user, "who am i", session=session)
@@ -107,8 +107,8 @@ async def turns(user: Any, count: int, repeat: int) -> None:
     queries = await count_queries(user, conversation, session)
     from channels.layers import get_channel_layer
 
-    from assistant.broadcast import group_name, published_by
-    from assistant.eventlog import event_log
+    from assistant.stream.broadcast import group_name, published_by
+    from assistant.stream.eventlog import event_log
 
     # the event log's script, then the layer's PUBLISH; or the script alone, publishing itself
     # (Redis counts a PUBLISH made by a script among its commands too)
@@ -136,7 +136,7 @@ async def count_queries(user: Any, conversation: Any, session: Any) -> int:
     from asgiref.sync import sync_to_async
     from django.db import connections
 
-    from assistant.chat import arun_turn
+    from assistant.turns.chat import arun_turn
 
     seen: list[str] = []
 

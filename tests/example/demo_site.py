@@ -5,9 +5,9 @@ from __future__ import annotations
 import importlib
 import sys
 
-import assistant.lifecycle as lifecycle_module
-import assistant.registry as registry_module
-from assistant.registry import ToolRegistry
+import assistant.core.lifecycle as lifecycle_module
+import assistant.core.registry as registry_module
+from assistant.core.registry import ToolRegistry
 
 
 def demo_registry() -> ToolRegistry:

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from assistant.dispatch import dispatch
+from assistant.dispatch.door import dispatch
 from assistant.models import Job
-from assistant.planner.keywords import plan
+from assistant.turns.planners.keywords import plan
 from dashboards.models import Backup
 from tests.example.dashboards_world import World
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from assistant.catalog import visible_tools
-from assistant.dispatch import dispatch as assistant_dispatch
+from assistant.core.registry import registry
+from assistant.dispatch.catalog import visible_tools
+from assistant.dispatch.door import dispatch as assistant_dispatch
 from assistant.models import AuditEntry, PendingAction
-from assistant.registry import registry
 from dashboards import repository
 from tests.example.dashboard_calls import (
     DASHBOARD_TOOLS,

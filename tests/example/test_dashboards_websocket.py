@@ -13,7 +13,7 @@ from channels.testing import WebsocketCommunicator
 from django.conf import settings as django_settings
 
 from assistant.models import AuditEntry, PendingAction
-from assistant.runner import RUNNING
+from assistant.turns.lanes import RUNNING
 from dashboards.models import Dashboard
 from tests.asgi import application
 from tests.example.dashboard_calls import state

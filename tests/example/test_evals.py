@@ -12,7 +12,6 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
-from assistant.evals import load_cases, run_cases
 from assistant.models import (
     AuditEntry,
     Conversation,
@@ -21,6 +20,7 @@ from assistant.models import (
     PendingAction,
     ValidationFinding,
 )
+from assistant.turns.evals import load_cases, run_cases
 from assistant.validation import ValidationTaskService
 from dashboards.models import Backup
 from tests.example.dashboards_world import World

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from assistant.registry import registry
+from assistant.core.registry import registry
 from tests.entity_fuzzing import EXAMPLES, fuzz_real_handler, fuzz_recorded
 from tests.example.dashboards_world import World
 from tests.example.demo_site import DEMO

@@ -155,9 +155,9 @@ def test_the_inventory_refuses_an_unknown_user(project: Project) -> None:
 INSPECT = """
 import asyncio, json
 from django.contrib.auth import get_user_model
-from assistant.confirmation import aconfirm_action
-from assistant.dispatch import adispatch
-from assistant.lifecycle import ToolSession
+from assistant.dispatch.confirmation import aconfirm_action
+from assistant.dispatch.door import adispatch
+from assistant.core.lifecycle import ToolSession
 from demo.assistant_tools import DemoDatabase
 
 async def main():
@@ -325,8 +325,8 @@ def test_signing_in_from_the_home_page_lands_on_the_chat(project: Project) -> No
 TAKEOVER_SCRIPT = """
 import json
 from django.contrib.auth import get_user_model
-from assistant.confirmation import confirm_action
-from assistant.dispatch import dispatch
+from assistant.dispatch.confirmation import confirm_action
+from assistant.dispatch.door import dispatch
 
 User = get_user_model()
 admin = User.objects.get(username="admin")

@@ -6,8 +6,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from assistant.confirmation import confirm_action
-from assistant.dispatch import dispatch
+from assistant.dispatch.confirmation import confirm_action
+from assistant.dispatch.door import dispatch
 from tests.example.dashboards_world import World
 from tests.example.demo_site import DEMO
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from assistant.dispatch import dispatch
+from assistant.dispatch.door import dispatch
 from assistant.models import AuditEntry
 from dashboards import repository
 from tests.example.dashboards_world import World

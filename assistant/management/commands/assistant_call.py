@@ -15,13 +15,13 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ...chat import run_turn
-from ...confirmation import cancel_action, confirm_action
-from ...dispatch import Outcome, dispatch
+from ...core.registry import registry
+from ...dispatch.confirmation import cancel_action, confirm_action
+from ...dispatch.door import Outcome, dispatch
 from ...exceptions import AssistantError
 from ...models import AuditEntry
-from ...planner.keywords import PAIR_RE, _parse, _unquote
-from ...registry import registry
+from ...turns.chat import run_turn
+from ...turns.planners.keywords import PAIR_RE, _parse, _unquote
 
 
 class Command(BaseCommand):

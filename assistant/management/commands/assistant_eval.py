@@ -7,8 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ...evals import load_cases, run_cases
 from ...exceptions import EvalError
+from ...turns.evals import load_cases, run_cases
 from ...validation import Outcome
 
 MARKS = {Outcome.PASS: "pass", Outcome.FAIL: "FAIL", Outcome.WARN: "warn"}

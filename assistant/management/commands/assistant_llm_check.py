@@ -10,7 +10,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...conf import assistant_settings
-from ...llm_client import api_key, make_async_client
+from ...core.llm_client import api_key, make_async_client
 
 PROBE_TOOL = {
     "type": "function",
@@ -78,7 +78,7 @@ class Command(BaseCommand):
         if assistant_settings.PLANNER != "llm":
             self.report(None, "ASSISTANT['PLANNER'] is not 'llm'", "the chat uses keywords")
         try:
-            from ...planner import llm
+            from ...turns.planners import llm
         except ImportError:
             return self.report(False, "the openai package", "install the [llm] extra")
         if not config["MODEL"]:

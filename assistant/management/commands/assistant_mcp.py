@@ -1,6 +1,6 @@
 """``manage.py assistant_mcp --user NAME``: the tools over MCP's stdio transport, for local clients.
 
-The same server as ``assistant/mcp/``: that user's permissions, calls audited as source ``mcp``,
+The same server as ``assistant/surfaces/mcp/`` (its stdio entry, ``stdio.serve``): that user's permissions, calls audited as source ``mcp``,
 confirmations approved on the approvals page (set ``ASSISTANT["PUBLIC_URL"]`` for full links).
 stdout carries the protocol only; Django's and our logs go to stderr.
 """
@@ -23,17 +23,11 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            import anyio
-
-            from ... import mcp
+            from ...surfaces.mcp import stdio
         except ImportError as exc:
             raise CommandError(
                 "MCP needs the official SDK: pip install 'django-ops-assistant[mcp]'"
             ) from exc
-        from mcp.server.stdio import stdio_server
-
-        from ...tokens import Bearer
-
         User = get_user_model()
         user = User._default_manager.filter(**{User.USERNAME_FIELD: options["user"]}).first()
         if user is None:
@@ -41,11 +35,4 @@ class Command(BaseCommand):
         if not user.is_active:
             raise CommandError(f"{options['user']!r} is deactivated.")
         logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
-        caller = mcp.Caller(bearer=Bearer(user=user, kind="local", name="stdio"))
-        server = mcp.build_server(lifespan=mcp.stdio_lifespan(caller))
-
-        async def serve() -> None:
-            async with stdio_server() as (read, write):
-                await server.run(read, write, server.create_initialization_options())
-
-        anyio.run(serve)
+        stdio.serve(user)

@@ -8,8 +8,8 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ...catalog import hidden_reasons, inventory_row
-from ...registry import registry
+from ...core.registry import registry
+from ...dispatch.catalog import hidden_reasons, inventory_row
 
 
 class Command(BaseCommand):

@@ -1,0 +1,1 @@
+"""Who may do what: the permission predicate and its caches, approval policies, bearer tokens, OAuth scopes, credentials."""

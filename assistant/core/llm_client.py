@@ -1,0 +1,101 @@
+"""Clients of the configured OpenAI-compatible endpoint (``ASSISTANT["LLM"]``), sync and async.
+
+Turns share one async client per event loop and configuration (``shared_async_client``): one
+HTTP connection pool with keep-alive, built once. Every client this module makes verifies TLS
+with one SSL context made once per process: building a client costs no CA-bundle load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import ssl
+from typing import TYPE_CHECKING, Any
+
+from ..conf import assistant_settings
+from ..exceptions import LLMUnavailable
+
+if TYPE_CHECKING:  # openai is the [llm] extra: imported only when a client is made
+    import openai
+
+logger = logging.getLogger("assistant.llm_client")
+
+
+def api_key(config: dict[str, Any]) -> str:
+    """The key from the environment variable ``API_KEY_ENV`` names; ``""`` when there is none."""
+    return os.environ.get(config["API_KEY_ENV"] or "", "")
+
+
+def llm_configured() -> bool:
+    """A model is named and there is an endpoint or a key to reach one with."""
+    config = assistant_settings.llm
+    return bool(config["MODEL"] and (config["BASE_URL"] or api_key(config)))
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """The process's one SSL context for model endpoints (loading the CA bundle is the costly
+    part of building an HTTP client: ~20 ms of CPU)."""
+    return ssl.create_default_context()
+
+
+def _options(config: dict[str, Any]) -> dict[str, Any]:
+    if not config["MODEL"]:
+        raise LLMUnavailable("No language model is configured (ASSISTANT['LLM']['MODEL']).")
+    return {
+        "base_url": config["BASE_URL"],
+        "api_key": api_key(config) or "not-needed",  # local servers take any key
+        "timeout": config["TIMEOUT"],
+        "max_retries": 0,
+    }
+
+
+def make_client(config: dict[str, Any] | None = None) -> openai.OpenAI:
+    """A client of ``config`` (``assistant_settings.llm`` by default); close it when done."""
+    import openai
+
+    http = openai.DefaultHttpxClient(verify=tls_context())
+    options = _options(assistant_settings.llm if config is None else config)
+    return openai.OpenAI(**options, http_client=http)
+
+
+def make_async_client(config: dict[str, Any] | None = None) -> openai.AsyncOpenAI:
+    """The async twin of ``make_client``."""
+    import openai
+
+    http = openai.DefaultAsyncHttpxClient(verify=tls_context())
+    options = _options(assistant_settings.llm if config is None else config)
+    return openai.AsyncOpenAI(**options, http_client=http)
+
+
+_shared: dict[asyncio.AbstractEventLoop, dict[tuple[Any, ...], openai.AsyncOpenAI]] = {}
+
+
+def shared_async_client(config: dict[str, Any] | None = None) -> openai.AsyncOpenAI:
+    """This event loop's client of ``config``, made on first use and kept: never close it
+    (``aclose_shared_clients`` does, at shutdown)."""
+    config = assistant_settings.llm if config is None else config
+    options = _options(config)
+    loop = asyncio.get_running_loop()
+    clients = _shared.get(loop)
+    if clients is None:
+        for old in [old for old in _shared if old.is_closed()]:
+            del _shared[old]  # its connections went with its loop
+        clients = _shared[loop] = {}
+    key = tuple(sorted(options.items()))
+    client = clients.get(key)
+    if client is None:
+        client = clients[key] = make_async_client(config)
+    return client
+
+
+async def aclose_shared_clients() -> None:
+    """Close this event loop's shared clients (a server's shutdown; tests)."""
+    clients = _shared.pop(asyncio.get_running_loop(), {})
+    for client in clients.values():
+        try:
+            await client.close()
+        except Exception:
+            logger.exception("Closing a language-model client failed")

@@ -1,0 +1,1 @@
+"""A turn's events: the vocabulary, fan-out to sockets, the replay log."""

@@ -1,0 +1,23 @@
+"""MCP over stdio: one local user's tools, for a client that starts ``manage.py assistant_mcp``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+from mcp.server.stdio import stdio_server
+
+from ...access.tokens import Bearer
+from . import server as mcp
+
+
+def serve(user: Any) -> None:
+    """Serve ``user``'s tools over stdin and stdout until the client closes them."""
+    caller = mcp.Caller(bearer=Bearer(user=user, kind="local", name="stdio"))
+    server = mcp.build_server(lifespan=mcp.stdio_lifespan(caller))
+
+    async def run() -> None:
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+    anyio.run(run)

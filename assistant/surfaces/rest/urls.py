@@ -1,0 +1,101 @@
+from typing import Any
+
+from django.http import HttpRequest, JsonResponse
+from django.urls import include, path, re_path
+from django.views.decorators.csrf import csrf_exempt
+from drf_spectacular.views import SpectacularAPIView
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from ...exceptions import NotFound
+from ..drf.base import BrowserSessionAuthentication
+from . import views
+
+
+@csrf_exempt  # it changes nothing: an unsafe method gets this JSON 404, not the HTML CSRF page
+def not_found(request: HttpRequest, *args: object, **kwargs: object) -> JsonResponse:
+    """Any method on a path the API does not have."""
+    return JsonResponse({"code": NotFound.code, "detail": "No such API endpoint."}, status=404)
+
+
+schema_patterns = [
+    path("tools/", views.ToolsView.as_view(), name="tools"),
+    path("messages/", views.MessagesView.as_view(), name="messages"),
+    path("dispatch/", views.DispatchView.as_view(), name="dispatch"),
+    path("actions/", views.ActionListView.as_view(), name="actions"),
+    path(
+        "actions/<uuid:action_id>/confirm/",
+        views.ActionConfirmView.as_view(),
+        name="action-confirm",
+    ),
+    path(
+        "actions/<uuid:action_id>/cancel/", views.ActionCancelView.as_view(), name="action-cancel"
+    ),
+    path("conversations/", views.ConversationListView.as_view(), name="conversations"),
+    path(
+        "conversations/<uuid:conversation_id>/",
+        views.ConversationDetailView.as_view(),
+        name="conversation",
+    ),
+    path(
+        "admin/conversations/",
+        views.StaffConversationListView.as_view(),
+        name="staff-conversations",
+    ),
+    path(
+        "admin/conversations/<uuid:conversation_id>/",
+        views.StaffConversationDetailView.as_view(),
+        name="staff-conversation",
+    ),
+    path(
+        "admin/conversations/<uuid:conversation_id>/history/",
+        views.StaffConversationHistoryView.as_view(),
+        name="staff-conversation-history",
+    ),
+    path("admin/audit/", views.AuditListView.as_view(), name="audit"),
+    path("validation-tasks/", views.ValidationTaskListView.as_view(), name="validation-tasks"),
+    path(
+        "validation-tasks/<int:task_id>/",
+        views.ValidationTaskDetailView.as_view(),
+        name="validation-task",
+    ),
+    path(
+        "validation-tasks/<int:task_id>/run/",
+        views.ValidationTaskRunView.as_view(),
+        name="validation-task-run",
+    ),
+    path("validation-runs/", views.ValidationRunListView.as_view(), name="validation-runs"),
+    path("jobs/", views.JobListView.as_view(), name="jobs"),
+    path("jobs/<uuid:job_id>/", views.JobDetailView.as_view(), name="job"),
+    path("jobs/<uuid:job_id>/cancel/", views.JobCancelView.as_view(), name="job-cancel"),
+    path("tokens/", views.AccessTokenListView.as_view(), name="tokens"),
+    path("tokens/<int:token_id>/", views.AccessTokenDetailView.as_view(), name="token"),
+]
+
+
+class SchemaView(SpectacularAPIView):
+    """The OpenAPI document of this API only, wherever the project mounted it."""
+
+    authentication_classes = [BrowserSessionAuthentication]
+    permission_classes: list[Any] = []
+
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        route = request.resolver_match.route if request.resolver_match else "schema/"
+        prefix = route[: -len("schema/")] if route.endswith("schema/") else ""
+        self.patterns = [path(prefix, include(schema_patterns))]
+        self.custom_settings = {
+            "TITLE": "django-assistant API",
+            "DESCRIPTION": "Tools, turns, confirmations and audit of django-assistant.",
+            "VERSION": "1",
+            "SCHEMA_PATH_PREFIX": "/" + prefix.rstrip("/"),
+            # request bodies get components of their own, so refused blanks say minLength 1
+            "COMPONENT_SPLIT_REQUEST": True,
+        }
+        return super().get(request, *args, **kwargs)  # type: ignore[no-untyped-call]
+
+
+urlpatterns = [
+    *schema_patterns,
+    path("schema/", SchemaView.as_view(), name="schema"),
+    re_path(r"^[\s\S]*$", not_found),  # any path, a newline in it too ("." stops at one)
+]

@@ -1,0 +1,1 @@
+"""A turn from the stored message to the stored reply: launching, lanes, stop control, budgets, evals, the planners."""

@@ -1,0 +1,545 @@
+"""The LLM planner: any OpenAI-compatible chat-completions endpoint, streamed, with native tool calls."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import openai
+from asgiref.sync import sync_to_async
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+from ...conf import assistant_settings
+from ...core.llm_client import shared_async_client
+from ...dispatch.bounds import PREVIEW_CHARS, summary
+from ...dispatch.catalog import get_catalog
+from ...dispatch.door import Outcome
+from ...exceptions import LLMError, LLMUnavailable, ReplyTooLong
+from ...models import Message
+from ...stream import events
+from ..budgets import areserve_call, check_budget
+from ..turn import CLIENT_TOOL
+from .keywords import KeywordPlanner
+from .llm_bounds import Tally, within_bounds
+
+if TYPE_CHECKING:
+    from ..turn import Turn
+
+logger = logging.getLogger("assistant.planner.llm")
+RESULT_LIMIT = 4000  # characters of a tool result the model sees; the UI gets everything
+FALLBACK_NOTICE = "The language model is unavailable; I answered with simple keyword matching.\n\n"
+CLIENT_PREFIX = "client__"  # the namespace of an AG-UI client's own tools, as the model sees them
+NAME_LIMIT = 200  # characters of a streamed call's name and id kept (a tool's name has 64)
+DROPPED_TRACKED = 50_000  # calls past the kept ones whose deltas are told apart (then counted)
+
+
+def history(turn: Turn, limit: int) -> list[dict[str, Any]]:
+    """The conversation's earlier messages as chat messages, newest ``limit`` only.
+
+    A run that brings the client's tool results continues the last reply: it is sent with its
+    calls and their results, as the model made them.
+    """
+    earlier = Message.objects.filter(conversation=turn.conversation)
+    if turn.user_message is not None:
+        earlier = earlier.exclude(pk=turn.user_message.pk)
+    newest = list(earlier.order_by("-created_at", "-id")[:limit])
+    continued = newest.pop(0) if turn.client_results and newest else None
+    shown = [
+        {"role": message.role, "content": message.text}
+        for message in reversed(newest)
+        if message.text
+    ]
+    if continued is not None:
+        shown += _with_calls(continued, turn)
+    return shown
+
+
+def _with_calls(message: Message, turn: Turn) -> list[dict[str, Any]]:
+    """A stored reply with its tool calls, each followed by its result (the client's own too)."""
+    records = message.tool_calls or []
+    client = {result.tool_call_id: result.content for result in turn.client_results}
+    calls = [
+        {
+            **(record.get("provider_extra") or {}),  # as the model sent it (a thought signature)
+            "id": record["tool_call_id"],
+            "type": "function",
+            "function": {
+                "name": (CLIENT_PREFIX if record["decision"] == CLIENT_TOOL else "")
+                + record["operation"],
+                "arguments": json.dumps(record.get("entities") or {}),
+            },
+        }
+        for record in records
+    ]
+    shown: list[dict[str, Any]] = [
+        {"role": "assistant", "content": message.text or None, "tool_calls": calls}
+    ]
+    for record in records:
+        if record["decision"] == CLIENT_TOOL:
+            content = client.get(record["tool_call_id"], "")
+        else:
+            summary = {"decision": record["decision"], "text": record.get("text") or ""}
+            content = json.dumps(summary)
+        shown.append({"role": "tool", "tool_call_id": record["tool_call_id"], "content": content})
+    return shown
+
+
+def prepare(
+    turn: Turn, config: dict[str, Any]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A turn's first sync step: its turns-a-minute budget (``BudgetExceeded``), then the
+    user's catalog and the conversation's history, in one hop."""
+    check_budget(turn.user, conversation=turn.conversation, source=turn.source)
+    tools = get_catalog(turn.user, session=turn.session, site=turn.site, ceiling=turn.ceiling)
+    turn.offered = frozenset(tool["function"]["name"] for tool in tools)
+    return tools, history(turn, config["MAX_HISTORY"])
+
+
+def kept_extras(calls: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """What the model sent with each call besides its id and function, by call id, to store
+    with it (no more of it than a call's arguments may bring)."""
+    kept = {}
+    for call in calls:
+        extra = call["extra"]
+        if extra and len(json.dumps(extra)) <= assistant_settings.MAX_TOOL_ARGUMENT_BYTES:
+            kept[call["id"]] = extra
+    return kept
+
+
+def client_tool_specs(turn: Turn) -> list[dict[str, Any]]:
+    """The client's own tools in the model's catalog, under their namespace."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": CLIENT_PREFIX + tool.name,
+                "description": tool.description,
+                "parameters": tool.parameters,
+            },
+        }
+        for tool in turn.client_tools
+    ]
+
+
+def result_for_model(outcome: Outcome) -> str:
+    """What the model is told about a call: a short summary, never the full data."""
+    text = outcome.text
+    if len(text) > RESULT_LIMIT:
+        text = text[:RESULT_LIMIT] + " …(truncated)"
+    summary: dict[str, Any] = {"decision": outcome.decision, "text": text}
+    if outcome.code:
+        summary["code"] = outcome.code
+    if outcome.pending_action is not None:
+        summary["note"] = "Waiting for the user to confirm or reject; do not retry."
+    return json.dumps(summary)
+
+
+class LLMPlanner:
+    """Streams the model's words; every tool call it proposes still goes through dispatch."""
+
+    async def run(self, turn: Turn) -> None:
+        config = assistant_settings.llm
+        tools, earlier = await sync_to_async(prepare)(turn, config)
+        try:
+            await self.converse(turn, config, tools, earlier)
+        except LLMUnavailable as exc:
+            if not config["FALLBACK_TO_KEYWORDS"] or turn.text or turn.outcomes:
+                raise
+            logger.warning("LLM unavailable, falling back to keywords: %s", exc.message)
+            fallback = KeywordPlanner()
+            intents = await fallback.plan(turn)  # before the notice echoes the message
+            await turn.emit(
+                events.custom("assistant.notice", {"code": exc.code, "message": exc.message})
+            )
+            await turn.say(FALLBACK_NOTICE)
+            await fallback.run(turn, intents)
+
+    async def converse(
+        self,
+        turn: Turn,
+        config: dict[str, Any],
+        tools: list[dict[str, Any]],
+        earlier: list[dict[str, Any]],
+    ) -> None:
+        client = shared_async_client(config)  # the event loop's: one connection pool, kept
+        tools = tools + client_tool_specs(turn)
+        own = {CLIENT_PREFIX + tool.name: tool.name for tool in turn.client_tools}
+        messages: list[dict[str, Any]] = [{"role": "system", "content": config["SYSTEM_PROMPT"]}]
+        messages += earlier
+        if turn.user_message is not None:
+            messages.append({"role": "user", "content": turn.user_message.text})
+        tally = Tally()
+        for _ in range(config["MAX_STEPS"]):
+            calls = await self.step(turn, client, config, messages, tools, tally)
+            if not calls:
+                return
+            turn.call_extras.update(kept_extras(calls))
+            calls, refused = within_bounds(config, calls, tally)
+            parsed = [_arguments(call["arguments"]) for call in calls]
+            for call, arguments in zip(calls, parsed, strict=True):
+                turn.identify(call["name"], arguments)  # before the first call echoes
+            for call, arguments in zip(calls, parsed, strict=True):
+                if call["name"] in own:  # the client runs it; never dispatched here
+                    await turn.propose_client_call(call["id"], own[call["name"]], call["arguments"])
+                    continue
+                outcome = await turn.call(call["name"], arguments, tool_call_id=call["id"])
+                messages.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": call["id"],
+                        "content": result_for_model(outcome),
+                    }
+                )
+            await refused.tell(turn, messages)
+            if turn.interrupts or turn.client_calls:
+                return  # the run waits for the user's decision, or the client's results
+        await turn.say(f"\n\n(I stopped after {config['MAX_STEPS']} steps.)")
+
+    async def step(
+        self,
+        turn: Turn,
+        client: openai.AsyncOpenAI,
+        config: dict[str, Any],
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        tally: Tally | None = None,
+    ) -> list[dict[str, Any]]:
+        """One streamed model call: speak its text (to ``MAX_REPLY_CHARS`` over the turn),
+        return the tool calls it made (``MAX_TOOL_CALLS_PER_REPLY`` and one more, kept)."""
+        await turn.confirm_credential()  # a token revoked, a session ended: no more model calls
+        tally = tally if tally is not None else Tally()
+        text: list[str] = []
+        most = config["MAX_REPLY_CHARS"]
+
+        async def speak(delta: str) -> None:
+            room = most - tally.chars
+            if len(delta) > room:
+                delta = delta[:room]
+                tally.chars = most
+                text.append(delta)
+                await turn.say(delta)
+                raise ReplyTooLong(
+                    f"Cut short: the reply reached the {most:,} characters a reply may have."
+                )
+            tally.chars += len(delta)
+            text.append(delta)
+            await turn.say(delta)
+
+        calls = StreamedCalls(
+            keep=config["MAX_TOOL_CALLS_PER_REPLY"] + 1,
+            max_bytes=assistant_settings.MAX_TOOL_ARGUMENT_BYTES,
+        )
+        budget = await areserve_call(turn, messages, tools)  # refused: BudgetExceeded
+        turn.publisher.flush()  # (RUN_STARTED and the rest need not wait for the model's words)
+        try:
+            await stream_reply(
+                client,
+                config,
+                messages,
+                tools,
+                on_text=speak,
+                on_usage=budget.metered(turn.count_usage),
+                max_tokens=budget.reply_tokens,
+                calls=calls,
+            )
+        finally:
+            turn.end_step()
+            await budget.asettle("".join(text))  # what it spent, even failed or stopped
+        ordered = calls.finished(prefix=f"call_{turn.run_id[:8]}_{len(messages)}")
+        tally.asked = len(ordered) + calls.dropped
+        if ordered:
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": "".join(text) or None,
+                    "tool_calls": [call.as_message() for call in ordered],
+                }
+            )
+        return [call.as_intent() for call in ordered]
+
+
+async def stream_reply(
+    client: openai.AsyncOpenAI,
+    config: dict[str, Any],
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    *,
+    on_text: Callable[[str], Awaitable[None]],
+    on_usage: Callable[[str, dict[str, int] | None], None],
+    max_tokens: int | None = None,
+    calls: StreamedCalls | None = None,
+) -> StreamedCalls:
+    """One streamed completion: its words to ``on_text``, its usage to ``on_usage``, its calls
+    merged (into ``calls``, bounded as it is), its reply capped at ``max_tokens``; any failure
+    of the endpoint is ``LLMUnavailable``."""
+    calls = calls if calls is not None else StreamedCalls()
+    try:
+        stream = await _open_stream(client, config, messages, tools, max_tokens)
+        async for chunk in _bounded(stream, config["TIMEOUT"]):
+            on_usage(chunk.model or config["MODEL"], _usage(chunk))
+            # Usage-only and keep-alive chunks have no choices (Azure, Mistral, OpenAI).
+            for choice in chunk.choices or ():
+                delta = choice.delta
+                if delta is None:
+                    continue
+                # Reasoning deltas (reasoning_content, reasoning) are never the answer.
+                if delta.content:
+                    await on_text(delta.content)
+                for part in delta.tool_calls or ():
+                    calls.add(part)
+    except openai.APIStatusError as exc:
+        raise LLMError(f"The language model answered {exc.status_code}: {_short(exc)}") from exc
+    except openai.APITimeoutError as exc:
+        raise LLMUnavailable("The language model did not answer in time.") from exc
+    except openai.APIError as exc:
+        raise LLMUnavailable(f"The language model is unreachable: {_short(exc)}") from exc
+    return calls
+
+
+@dataclass(kw_only=True, slots=True)
+class StreamedCall:
+    """One tool call being put together from streamed deltas."""
+
+    index: int | None
+    id: str = ""
+    name: str = ""
+    arguments: str = ""  # (only their start once they are more than a call may bring)
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. Gemini's extra_content
+    size: int = 0  # bytes of arguments streamed
+    digest: Any = None  # their sha256, once they are more than a call may bring
+    dropped: bool = False  # past the calls a reply may keep: counted, nothing else
+
+    def append(self, piece: str, max_bytes: int | None) -> None:
+        """More of the arguments; past ``max_bytes`` only their digest and start are kept."""
+        if self.dropped or not piece:
+            return
+        encoded = piece.encode("utf-8", "surrogatepass")
+        self.size += len(encoded)
+        if self.digest is not None:
+            self.digest.update(encoded)
+            return
+        self.arguments += piece
+        if max_bytes is not None and self.size > max_bytes:
+            self.digest = hashlib.sha256(self.arguments.encode("utf-8", "surrogatepass"))
+            self.arguments = self.arguments[:PREVIEW_CHARS]
+
+    @property
+    def too_large(self) -> dict[str, Any] | None:
+        """What is kept instead of arguments that are more than a call may bring, if they are."""
+        if self.digest is None:
+            return None
+        return summary(self.size, self.digest.hexdigest(), self.arguments)
+
+    def as_message(self) -> dict[str, Any]:
+        """The call as the assistant message sent back on the next step (extras included)."""
+        too_large = self.too_large
+        if too_large is not None:
+            too_large = {**too_large, "preview": ""}
+        arguments = self.arguments if too_large is None else json.dumps(too_large)
+        return {
+            **self.extra,
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": arguments},
+        }
+
+    def as_intent(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "arguments": self.arguments,
+            "too_large": self.too_large,  # (its preview is the arguments' start, unredacted)
+            "extra": self.extra,
+        }
+
+
+class StreamedCalls:
+    """Merges tool-call deltas by (index, id), as OpenAI-compatible servers really send them.
+
+    A new non-empty id at an occupied index starts a new call (Ollama, vLLM: every call at
+    index 0); a delta without an index goes by id, or continues the last call unless it names
+    a new one (Gemini, proxies); a delta repeating the full name sets it (llama.cpp).
+    """
+
+    def __init__(self, *, keep: int | None = None, max_bytes: int | None = None) -> None:
+        self.calls: list[StreamedCall] = []
+        self.keep = keep  # calls kept; the rest are counted in ``dropped``
+        self.max_bytes = max_bytes  # of one call's arguments: past it, their digest and start
+        self.dropped = 0
+        self._last: StreamedCall | None = None
+        self._at_index: dict[int, StreamedCall] = {}
+        self._by_id: dict[str, StreamedCall] = {}
+
+    def add(self, part: Any) -> None:
+        function = getattr(part, "function", None)
+        name = (getattr(function, "name", None) or "") if function is not None else ""
+        arguments = (getattr(function, "arguments", None) or "") if function is not None else ""
+        call_id = (getattr(part, "id", None) or "")[:NAME_LIMIT]
+        call = self._slot(getattr(part, "index", None), call_id, name[:NAME_LIMIT])
+        if call.dropped:
+            return
+        if name and not (call.name and call.name.endswith(name)):
+            # A repeated or growing full name replaces; a genuinely new fragment appends.
+            call.name = name if name.startswith(call.name) else call.name + name
+            call.name = call.name[:NAME_LIMIT]
+        call.append(arguments, self.max_bytes)
+        extra = getattr(part, "model_extra", None) or {}
+        call.extra.update({key: value for key, value in extra.items() if value is not None})
+
+    def _slot(self, index: int | None, call_id: str, name: str) -> StreamedCall:
+        if call_id and call_id in self._by_id:
+            return self._by_id[call_id]
+        current = self._at_index.get(index) if index is not None else None
+        last = self._last
+        if index is None and not call_id and last is not None and not (name and last.name):
+            current = last  # an index-less continuation of the last call
+        if current is not None and not (call_id and current.id and current.id != call_id):
+            if call_id and not current.id:
+                current.id = call_id
+                self._by_id[call_id] = current
+            return current
+        call = StreamedCall(index=index, id=call_id)
+        self._last = call
+        if self.keep is not None and len(self.calls) >= self.keep:
+            call.dropped = True
+            self.dropped += 1
+            if self.dropped > DROPPED_TRACKED:
+                return call  # (counted still; a continuation of it may count again)
+        else:
+            self.calls.append(call)
+        if index is not None:
+            self._at_index[index] = call
+        if call_id:
+            self._by_id[call_id] = call
+        return call
+
+    def finished(self, *, prefix: str) -> list[StreamedCall]:
+        """The calls in the order they were opened; a call the model left without an id gets one."""
+        for position, call in enumerate(self.calls):
+            call.id = call.id or f"{prefix}_{position}"
+        return [call for call in self.calls if call.name or call.arguments]
+
+
+# Endpoints that refused ``stream_options`` once (some older local servers do): not asked again.
+_refuses_usage: set[str | None] = set()
+
+
+async def _open_stream(
+    client: openai.AsyncOpenAI,
+    config: dict[str, Any],
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    max_tokens: int | None = None,
+) -> Any:
+    """Start a streamed completion asking for usage; without it where the server refuses."""
+    request: dict[str, Any] = {
+        "model": config["MODEL"],
+        "messages": messages,
+        "tools": tools or openai.omit,
+        "temperature": config["TEMPERATURE"],
+        "stream": True,
+    }
+    if max_tokens is not None:
+        request[_cap_name(config)] = max_tokens
+    if config["BASE_URL"] not in _refuses_usage:
+        try:
+            return await _post_stream(
+                client, {**request, "stream_options": {"include_usage": True}}
+            )
+        except openai.BadRequestError as exc:
+            if _refused_cap(exc, request, config):
+                return await _open_stream(client, config, messages, tools, max_tokens)
+            if "stream_options" not in str(exc) and "include_usage" not in str(exc):
+                raise
+            logger.info("%s refuses stream_options; asking without usage", config["BASE_URL"])
+            _refuses_usage.add(config["BASE_URL"])
+    return await _post_stream(client, request)
+
+
+async def _post_stream(client: openai.AsyncOpenAI, request: dict[str, Any]) -> Any:
+    """``client.chat.completions.create(**request)``, without its recursive transform of the
+    request (messages and the whole tool catalog, ~200 calls and some milliseconds of CPU a
+    request): ours is plain JSON already."""
+    body = {key: value for key, value in request.items() if value is not openai.omit}
+    return await client.post(
+        "/chat/completions",
+        body=body,
+        cast_to=ChatCompletion,
+        stream=True,
+        stream_cls=openai.AsyncStream[ChatCompletionChunk],
+    )
+
+
+# (endpoint, model) pairs that refused max_tokens for max_completion_tokens (OpenAI's reasoning
+# models): asked with that from then on.
+_caps_completion: set[tuple[str | None, str | None]] = set()
+
+
+def _cap_name(config: dict[str, Any]) -> str:
+    """How the endpoint wants a reply's cap named."""
+    key = (config["BASE_URL"], config["MODEL"])
+    return "max_completion_tokens" if key in _caps_completion else "max_tokens"
+
+
+def _refused_cap(
+    exc: openai.BadRequestError, request: dict[str, Any], config: dict[str, Any]
+) -> bool:
+    """Whether the endpoint refused ``max_tokens`` for ``max_completion_tokens`` (now learnt)."""
+    if "max_tokens" not in request or "max_completion_tokens" not in str(exc):
+        return False
+    _caps_completion.add((config["BASE_URL"], config["MODEL"]))
+    return True
+
+
+def _usage(chunk: Any) -> dict[str, int] | None:
+    """Token counts wherever a server puts them: ``usage``, or an extension such as Groq's."""
+    usage = getattr(chunk, "usage", None)
+    if usage is None:
+        extra = getattr(chunk, "model_extra", None) or {}
+        for extension in extra.values():
+            if isinstance(extension, dict) and isinstance(extension.get("usage"), dict):
+                usage = extension["usage"]
+                break
+    if usage is None:
+        return None
+    fields = usage if isinstance(usage, dict) else vars(usage)
+    counts = {
+        name: fields.get(name) for name in ("prompt_tokens", "completion_tokens", "total_tokens")
+    }
+    if not any(isinstance(value, int) for value in counts.values()):
+        return None
+    return {name: value if isinstance(value, int) else 0 for name, value in counts.items()}
+
+
+async def _bounded(stream: Any, seconds: float) -> AsyncIterator[Any]:
+    """The stream's chunks, each within ``seconds`` (keep-alive comments do not count)."""
+    chunks = stream.__aiter__()
+    try:
+        while True:
+            try:
+                chunk = await asyncio.wait_for(anext(chunks), seconds)
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                raise LLMUnavailable("The language model stopped answering.") from None
+            yield chunk
+    finally:
+        await stream.close()
+
+
+def _arguments(raw: str) -> Any:
+    """The model's JSON arguments; anything unparseable goes to dispatch to be refused as invalid."""
+    try:
+        return json.loads(raw) if raw.strip() else {}
+    except json.JSONDecodeError:
+        return raw
+
+
+def _short(exc: Exception) -> str:
+    message = getattr(exc, "message", None) or str(exc)
+    return message if len(message) <= 200 else message[:197] + "..."
