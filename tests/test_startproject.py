@@ -1,7 +1,7 @@
-"""The README's install blocks, pasted into a fresh ``startproject``, give a working chat.
+"""The tutorial's install blocks, pasted into a fresh ``startproject``, give a working chat.
 
-The blocks are read from README.md (between ``<!-- startproject:NAME -->`` markers), so the
-documentation cannot drift from what is tested. The project runs on the installed wheel, not
+The blocks are read from docs/tutorial.md (between ``<!-- startproject:NAME -->`` markers), so
+the documentation cannot drift from what is tested. The project runs on the installed wheel, not
 the checkout: ``check``, ``migrate``, a sign-in through the app's own login page, one REST turn
 and one websocket turn against a real daphne.
 """
@@ -32,15 +32,15 @@ PASSWORD = "a-long-enough-password"
 DAPHNE_APPLICATION = ("-b", "127.0.0.1", "mysite.asgi:application")
 
 
-def readme_block(name: str) -> str:
+def tutorial_block(name: str) -> str:
     """The code block between ``<!-- startproject:NAME -->`` and its closing marker."""
-    readme = (REPO / "README.md").read_text()
+    tutorial = (REPO / "docs" / "tutorial.md").read_text()
     section = re.search(
         rf"<!-- startproject:{name} -->\s*```python\n(.*?)```\s*<!-- /startproject:{name} -->",
-        readme,
+        tutorial,
         re.DOTALL,
     )
-    assert section, f"README.md has no startproject:{name} block"
+    assert section, f"docs/tutorial.md has no startproject:{name} block"
     return section.group(1)
 
 
@@ -64,12 +64,12 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
     settings.write_text(
         settings.read_text()
         + "\n"
-        + readme_block("settings")
+        + tutorial_block("settings")
         + 'INSTALLED_APPS.append("hello")  # the project\'s own app\n'
     )
-    (root / "mysite" / "urls.py").write_text(readme_block("urls"))
-    (root / "mysite" / "asgi.py").write_text(readme_block("asgi"))
-    (root / "hello" / "assistant_tools.py").write_text(readme_block("tool"))
+    (root / "mysite" / "urls.py").write_text(tutorial_block("urls"))
+    (root / "mysite" / "asgi.py").write_text(tutorial_block("asgi"))
+    (root / "hello" / "assistant_tools.py").write_text(tutorial_block("tool"))
     project.manage("migrate", "--no-input", "-v", "0")
     project.manage(
         "shell",
