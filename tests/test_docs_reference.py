@@ -67,3 +67,33 @@ def test_every_management_command_is_in_the_commands_reference_with_its_help() -
     assert set(rows) == commands
     assert all(row.help for row in rows.values())
     assert ("--dry-run", "list them, change nothing") in rows["assistant_reap_jobs"].arguments
+
+
+def test_every_rest_route_is_in_the_rest_reference_with_a_summary() -> None:
+    from assistant.surfaces.rest.urls import schema_patterns
+
+    data = reference_data()
+    routes = {
+        "/assistant/api/" + re.sub(r"<\w+:(\w+)>", r"{\1}", str(pattern.pattern))
+        for pattern in schema_patterns
+    }
+
+    rows = data.endpoint_rows()
+
+    assert {row.path for row in rows} == routes
+    assert all(row.summary for row in rows)
+    assert ("POST", "/assistant/api/dispatch/") in {(row.method, row.path) for row in rows}
+
+
+def test_every_keyword_of_the_decorator_is_in_the_decorator_reference() -> None:
+    import inspect
+
+    from assistant import assistant_tool
+
+    data = reference_data()
+
+    rows = {row.name: row for row in data.keyword_rows()}
+
+    assert list(rows) == list(inspect.signature(assistant_tool).parameters)
+    assert rows["operation"].default is None  # required
+    assert rows["requires_confirmation"].default == "False"

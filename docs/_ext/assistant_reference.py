@@ -1,7 +1,8 @@
 """Sphinx directives that render the app's settings, system checks and commands from the code.
 
-``assistant-settings`` (argument ``ASSISTANT`` or ``LLM``), ``assistant-checks`` and
-``assistant-commands`` build their tables at build time, so the reference cannot drift.
+``assistant-settings`` (argument ``ASSISTANT`` or ``LLM``), ``assistant-checks``,
+``assistant-commands``, ``assistant-rest-api`` and ``assistant-decorator`` build their tables at
+build time, so the reference cannot drift.
 """
 
 from __future__ import annotations
@@ -116,10 +117,44 @@ class CommandsDirective(SphinxDirective):
         return [_table(["command", "what it does", "arguments"], [22, 38, 40], rows)]
 
 
+class RestApiDirective(SphinxDirective):
+    """The REST API's operations under ``assistant/api/``, from its OpenAPI schema."""
+
+    def run(self) -> list[nodes.Node]:
+        rows: list[tuple[list[str], list[Cell]]] = [
+            (
+                [f"api-{row.operation_id.replace('_', '-')}"],
+                [[_paragraph(_code(f"{row.method} {row.path}"))], row.summary],
+            )
+            for row in reference_data.endpoint_rows()
+        ]
+        return [_table(["operation", "what it does"], [45, 55], rows)]
+
+
+class DecoratorDirective(SphinxDirective):
+    """The keywords of ``@assistant_tool``, from its signature."""
+
+    def run(self) -> list[nodes.Node]:
+        rows: list[tuple[list[str], list[Cell]]] = [
+            (
+                [f"keyword-{row.name.replace('_', '-')}"],
+                [
+                    [_paragraph(_code(row.name))],
+                    [_paragraph(_code(row.annotation))],
+                    "required" if row.default is None else [_paragraph(_code(row.default))],
+                ],
+            )
+            for row in reference_data.keyword_rows()
+        ]
+        return [_table(["keyword", "type", "default"], [30, 45, 25], rows)]
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "docs_settings")
     django.setup()
     app.add_directive("assistant-settings", SettingsDirective)
     app.add_directive("assistant-checks", ChecksDirective)
     app.add_directive("assistant-commands", CommandsDirective)
+    app.add_directive("assistant-rest-api", RestApiDirective)
+    app.add_directive("assistant-decorator", DecoratorDirective)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

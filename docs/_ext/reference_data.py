@@ -38,6 +38,25 @@ class CheckRow:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class EndpointRow:
+    """One operation of the REST API as its OpenAPI schema describes it."""
+
+    method: str
+    path: str
+    summary: str
+    operation_id: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class KeywordRow:
+    """One keyword of ``@assistant_tool``: its type and default, from the signature."""
+
+    name: str
+    annotation: str
+    default: str | None  # None: required
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class CommandRow:
     """One management command: its help and its own arguments."""
 
@@ -159,3 +178,43 @@ _DJANGO_OPTIONS = {
     "force_color",
     "skip_checks",
 }
+
+
+def endpoint_rows(mount: str = "assistant/api/") -> list[EndpointRow]:
+    """The REST API's operations, from the OpenAPI schema drf-spectacular makes of its views."""
+    from django.urls import include, path
+    from drf_spectacular.drainage import GENERATOR_STATS
+    from drf_spectacular.generators import SchemaGenerator
+    from drf_spectacular.settings import patched_settings
+
+    from assistant.surfaces.rest.urls import schema_patterns
+
+    with GENERATOR_STATS.silence(), patched_settings({"COMPONENT_SPLIT_REQUEST": True}):
+        generator = SchemaGenerator(patterns=[path(mount, include(schema_patterns))])
+        schema = generator.get_schema(request=None, public=True)
+    return [
+        EndpointRow(
+            method=method.upper(),
+            path=route,
+            summary=operation.get("summary") or operation.get("description", ""),
+            operation_id=operation.get("operationId", ""),
+        )
+        for route, operations in schema["paths"].items()
+        for method, operation in operations.items()
+    ]
+
+
+def keyword_rows() -> list[KeywordRow]:
+    """The keywords ``@assistant_tool`` takes, as its signature declares them."""
+    import inspect
+
+    from assistant import assistant_tool
+
+    return [
+        KeywordRow(
+            name=name,
+            annotation=str(parameter.annotation),
+            default=None if parameter.default is parameter.empty else repr(parameter.default),
+        )
+        for name, parameter in inspect.signature(assistant_tool).parameters.items()
+    ]
