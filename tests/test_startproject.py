@@ -32,15 +32,15 @@ PASSWORD = "a-long-enough-password"
 DAPHNE_APPLICATION = ("-b", "127.0.0.1", "mysite.asgi:application")
 
 
-def tutorial_block(name: str) -> str:
+def tutorial_block(name: str, page: str = "tutorial.md") -> str:
     """The code block between ``<!-- startproject:NAME -->`` and its closing marker."""
-    tutorial = (REPO / "docs" / "tutorial.md").read_text()
+    tutorial = (REPO / "docs" / page).read_text()
     section = re.search(
         rf"<!-- startproject:{name} -->\s*```python\n(.*?)```\s*<!-- /startproject:{name} -->",
         tutorial,
         re.DOTALL,
     )
-    assert section, f"docs/tutorial.md has no startproject:{name} block"
+    assert section, f"docs/{page} has no startproject:{name} block"
     return section.group(1)
 
 
@@ -174,6 +174,30 @@ def test_check_finds_nothing_to_warn_about(project: Project) -> None:
     output = project.manage("check", "--fail-level", "WARNING")
 
     assert "System check identified no issues" in output
+
+
+def test_the_production_howtos_settings_pass_check_in_the_same_project(project: Project) -> None:
+    production = project.root / "mysite" / "settings_production.py"
+    production.write_text(
+        "from .settings import *  # noqa: F403\n"
+        + tutorial_block("production", page="howto/production.md")
+    )
+
+    output = project.manage(
+        "check", "--settings", "mysite.settings_production", "--fail-level", "WARNING"
+    )
+    layer = project.manage(
+        "shell",
+        "--settings",
+        "mysite.settings_production",
+        "--no-imports",
+        "-c",
+        "from django.conf import settings; print(settings.CHANNEL_LAYERS['default']['BACKEND'])",
+    )
+
+    # the in-memory layer beside PostgreSQL would be assistant.W002
+    assert "System check identified no issues" in output
+    assert layer.strip() == "channels_redis.pubsub.RedisPubSubChannelLayer"
 
 
 def test_jobs_go_to_the_database_backend_not_inline(project: Project) -> None:
