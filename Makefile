@@ -15,16 +15,16 @@ PYTHON ?= $(shell \
 		if [ -x "$$c" ] && "$$c" -c 'import sys' >/dev/null 2>&1; then echo $$c; exit 0; fi; \
 	done)
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo test lint typecheck pytest docs bench clean
 
-$(BIN)/.installed: requirements.txt pyproject.toml
+$(BIN)/.installed: requirements.txt requirements-docs.txt pyproject.toml
 	@if [ -z "$(PYTHON)" ]; then \
 		echo "error: django-assistant needs Python 3.13 or 3.12, and neither python3.13, python3.12 nor pyenv's versions/3.1[23]* runs here." >&2; \
 		echo "Install one (e.g. 'pyenv install 3.13') or run: make PYTHON=/path/to/python3.13 ..." >&2; \
 		exit 1; \
 	fi
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt -r requirements-docs.txt
 	touch $@
 
 demo: $(BIN)/.installed
@@ -62,8 +62,12 @@ node_modules/.installed-lock.json: package-lock.json
 
 test: lint typecheck node_modules/.installed-lock.json pytest
 
+# The documentation site (docs/, Sphinx): warnings are errors; offline, Django's inventory is skipped.
+docs: $(BIN)/.installed
+	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+
 bench: $(BIN)/.installed
 	$(BIN)/python tests/benchmarks/registry_bench.py
 
 clean:
-	rm -rf $(VENV) db.sqlite3 .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) docs/_build db.sqlite3 .mypy_cache .ruff_cache .pytest_cache

@@ -472,7 +472,7 @@ def sql_role_warnings(site: ToolRegistry, databases: Any) -> list[CheckMessage]:
                 Warning(
                     f"SQL inspector {toolset.name!r}: {problem}; it refuses to start.",
                     hint="Set its `role` to a read-only role (CREATE ROLE ... LOGIN; GRANT "
-                    "SELECT ON ...), see the README's SQL inspector section.",
+                    "SELECT ON ...), see the SQL inspector in docs/howto/toolsets.md.",
                     obj=toolset,
                     id="assistant.W010",
                 )
@@ -548,7 +548,7 @@ def _metadata_warnings(oauth2_settings: Any) -> list[CheckMessage]:
                 "django-oauth-toolkit is installed but its URLs are not: MCP clients have no "
                 "authorization server to sign in with.",
                 hint='Add path("o/", include("oauth2_provider.urls", namespace="oauth2_provider")) '
-                "to your ROOT_URLCONF (see the README's OAuth section).",
+                "to your ROOT_URLCONF (see OAuth 2.1 in docs/howto/mcp-clients.md).",
                 id="assistant.W011",
             )
         ]

@@ -1,7 +1,7 @@
-"""The README's install blocks, pasted into a fresh ``startproject``, give a working chat.
+"""The tutorial's install blocks, pasted into a fresh ``startproject``, give a working chat.
 
-The blocks are read from README.md (between ``<!-- startproject:NAME -->`` markers), so the
-documentation cannot drift from what is tested. The project runs on the installed wheel, not
+The blocks are read from docs/tutorial.md (between ``<!-- startproject:NAME -->`` markers), so
+the documentation cannot drift from what is tested. The project runs on the installed wheel, not
 the checkout: ``check``, ``migrate``, a sign-in through the app's own login page, one REST turn
 and one websocket turn against a real daphne.
 """
@@ -32,15 +32,15 @@ PASSWORD = "a-long-enough-password"
 DAPHNE_APPLICATION = ("-b", "127.0.0.1", "mysite.asgi:application")
 
 
-def readme_block(name: str) -> str:
+def tutorial_block(name: str, page: str = "tutorial.md") -> str:
     """The code block between ``<!-- startproject:NAME -->`` and its closing marker."""
-    readme = (REPO / "README.md").read_text()
+    tutorial = (REPO / "docs" / page).read_text()
     section = re.search(
         rf"<!-- startproject:{name} -->\s*```python\n(.*?)```\s*<!-- /startproject:{name} -->",
-        readme,
+        tutorial,
         re.DOTALL,
     )
-    assert section, f"README.md has no startproject:{name} block"
+    assert section, f"docs/{page} has no startproject:{name} block"
     return section.group(1)
 
 
@@ -64,12 +64,12 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
     settings.write_text(
         settings.read_text()
         + "\n"
-        + readme_block("settings")
+        + tutorial_block("settings")
         + 'INSTALLED_APPS.append("hello")  # the project\'s own app\n'
     )
-    (root / "mysite" / "urls.py").write_text(readme_block("urls"))
-    (root / "mysite" / "asgi.py").write_text(readme_block("asgi"))
-    (root / "hello" / "assistant_tools.py").write_text(readme_block("tool"))
+    (root / "mysite" / "urls.py").write_text(tutorial_block("urls"))
+    (root / "mysite" / "asgi.py").write_text(tutorial_block("asgi"))
+    (root / "hello" / "assistant_tools.py").write_text(tutorial_block("tool"))
     project.manage("migrate", "--no-input", "-v", "0")
     project.manage(
         "shell",
@@ -174,6 +174,30 @@ def test_check_finds_nothing_to_warn_about(project: Project) -> None:
     output = project.manage("check", "--fail-level", "WARNING")
 
     assert "System check identified no issues" in output
+
+
+def test_the_production_howtos_settings_pass_check_in_the_same_project(project: Project) -> None:
+    production = project.root / "mysite" / "settings_production.py"
+    production.write_text(
+        "from .settings import *  # noqa: F403\n"
+        + tutorial_block("production", page="howto/production.md")
+    )
+
+    output = project.manage(
+        "check", "--settings", "mysite.settings_production", "--fail-level", "WARNING"
+    )
+    layer = project.manage(
+        "shell",
+        "--settings",
+        "mysite.settings_production",
+        "--no-imports",
+        "-c",
+        "from django.conf import settings; print(settings.CHANNEL_LAYERS['default']['BACKEND'])",
+    )
+
+    # the in-memory layer beside PostgreSQL would be assistant.W002
+    assert "System check identified no issues" in output
+    assert layer.strip() == "channels_redis.pubsub.RedisPubSubChannelLayer"
 
 
 def test_jobs_go_to_the_database_backend_not_inline(project: Project) -> None:

@@ -76,7 +76,7 @@ def _unfit(row: tuple[str, bool, list[str]]) -> str | None:
 def unsafe_role(problem: str) -> UnsafeDatabaseRole:
     return UnsafeDatabaseRole(
         f"{problem}: its queries could run programs or read files on the database server. "
-        "Connect the SQL inspector as a read-only role (set `role`; see the README)."
+        "Connect the SQL inspector as a read-only role (set `role`; see the SQL inspector in docs/howto/toolsets.md)."
     )
 
 

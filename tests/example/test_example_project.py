@@ -438,21 +438,20 @@ def test_cancel_stops_the_user_report_in_its_pause_not_after_it(
     assert (job.status, job.error) == ("cancelled", "Cancelled by the user.")
 
 
-def readme_production_environment() -> dict[str, str]:
-    """The ``export NAME=value`` lines of the README's production section, a fresh key included."""
+def production_environment() -> dict[str, str]:
+    """The ``export NAME=value`` lines of the docs' production how-to, a fresh key included."""
     import secrets
 
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("## Running in production", 1)[1].split("\n## ", 1)[0]
+    section = (REPO / "docs" / "howto" / "production.md").read_text()
     exported = dict(re.findall(r"^\s*export (\w+)=(\S+)", section, re.MULTILINE))
     assert exported.pop("DJANGO_SECRET_KEY").startswith('"$(python')
     return {**exported, "DJANGO_SECRET_KEY": secrets.token_urlsafe(50)}
 
 
-def test_check_deploy_is_clean_with_the_production_environment_the_readme_gives(
+def test_check_deploy_is_clean_with_the_production_environment_the_docs_give(
     project: Project,
 ) -> None:
-    environment = readme_production_environment()
+    environment = production_environment()
     assert {"DJANGO_DEBUG", "DJANGO_ALLOWED_HOSTS", "DJANGO_HTTPS"} <= set(environment)
     project.env.update(environment)
     try:
