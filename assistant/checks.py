@@ -415,7 +415,7 @@ def check_websocket_served(app_configs: Any = None, **kwargs: Any) -> list[Check
 def websocket_problems(
     installed: list[str], asgi_application: Any, path: str
 ) -> list[CheckMessage]:
-    """What keeps these INSTALLED_APPS and ASGI_APPLICATION from serving the websocket at ``path``."""
+    """What keeps these INSTALLED_APPS and ASGI_APPLICATION from serving a websocket at ``path``."""
     from django.utils.module_loading import import_string
 
     served_by = [name for name in installed if name.split(".")[0] in ASGI_SERVER_APPS]

@@ -44,3 +44,9 @@ def test_signing_out_takes_a_post_with_its_csrf_token(plain_user: Any) -> None:
 
     assert (response.status_code, response["Location"]) == (302, "/assistant/login/")
     assert client.get("/assistant/").status_code == 302  # signed out
+
+
+def test_the_sign_in_page_is_titled_with_the_distribution_name() -> None:
+    page = Client().get("/assistant/login/").content.decode()
+
+    assert "<title>Sign in · django-ops-assistant</title>" in page
