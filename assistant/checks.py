@@ -30,7 +30,7 @@ from .validation import rules
 
 @register("assistant")
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """assistant.E001/E002/E003/W001: the ASSISTANT dict, its keys and values, LLM's too."""
+    """assistant.E001/E002/E003/E019/W001: the ASSISTANT dict, its keys and values, LLM's too."""
     value = getattr(settings, "ASSISTANT", {})
     if not isinstance(value, dict):
         return [
@@ -45,6 +45,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     if isinstance(llm, dict):
         errors.extend(_key_errors(llm, LLM_SETTINGS, "ASSISTANT['LLM']"))
     errors.extend(_resource_errors(value.get("RESOURCES", {})))
+    errors.extend(_home_url_errors(value.get("HOME_URL")))
     if isinstance(value.get("VALIDATION_FILTER_FIELDS", {}), dict):
         errors.extend(_filter_field_errors(value.get("VALIDATION_FILTER_FIELDS", {})))
     return errors
@@ -87,6 +88,29 @@ def _resource_errors(resources: Any) -> list[CheckMessage]:
                 )
             )
     return errors
+
+
+def _home_url_errors(home_url: Any) -> list[CheckMessage]:
+    """assistant.E019: a HOME_URL that is neither a path nor a URL must name a URL pattern."""
+    from django.urls import NoReverseMatch, reverse
+
+    if not SETTINGS["HOME_URL"].accepts(home_url) or not home_url:
+        return []  # None, or E002's
+    if home_url.startswith(("/", "./", "../")) or "://" in home_url:
+        return []
+    try:
+        reverse(home_url)
+    except NoReverseMatch:
+        return [
+            Error(
+                f"ASSISTANT['HOME_URL'] ({home_url!r}) is not a path or URL and names no URL "
+                "pattern: the chat page could not render its Home link.",
+                hint="Use a path ('/'), a URL, or the name of a URL pattern without arguments "
+                "('home', 'admin:index').",
+                id="assistant.E019",
+            )
+        ]
+    return []
 
 
 def _bad_value(key: str, problem: str, hint: str) -> Error:

@@ -618,3 +618,29 @@ def test_w015_through_django(settings):
     settings.ASSISTANT = {**settings.ASSISTANT, "EVENT_LOG": None}
 
     assert "assistant.W015" in ids(run_checks(tags=["assistant"]))
+
+
+# --- HOME_URL ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "home_url", [None, "/", "/ops/", "https://ops.example.com/", "admin:index"]
+)
+def test_home_url_a_path_a_url_or_a_url_name_passes(home_url):
+    with override_settings(ASSISTANT={"HOME_URL": home_url}):
+        assert check_settings() == []
+
+
+@pytest.mark.parametrize("home_url", ["", 42, ["/"]])
+def test_e002_home_url_of_the_wrong_type(home_url):
+    with override_settings(ASSISTANT={"HOME_URL": home_url}):
+        assert ids(check_settings()) == ["assistant.E002"]
+
+
+def test_e019_home_url_names_no_url_pattern():
+    with override_settings(ASSISTANT={"HOME_URL": "dashbaord"}):
+        messages = check_settings()
+
+    assert ids(messages) == ["assistant.E019"]
+    assert "'dashbaord'" in messages[0].msg
+    assert messages[0].hint
