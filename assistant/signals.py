@@ -17,7 +17,8 @@ tool_called = Signal()
 # sender=PendingAction, action=<PendingAction>, status=<str>, user=<the decider or None>.
 action_decided = Signal()
 
-# After a turn's reply is stored (complete, cancelled or failed): sender=Message,
+# After a turn's reply is stored (complete, cancelled or failed; interrupted when the reaper
+# closes a dead process's turn): sender=Message,
 # message=<the stored reply>, conversation=<Conversation>, status=<str>, user=<the asker>.
 turn_finished = Signal()
 

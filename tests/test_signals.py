@@ -15,8 +15,9 @@ import assistant
 from assistant import action_decided, tool_called, turn_finished
 from assistant.dispatch.confirmation import cancel_action, confirm_action
 from assistant.dispatch.door import dispatch
-from assistant.models import AuditEntry, Message, PendingAction
-from assistant.turns.chat import run_turn
+from assistant.liveness import reap_interrupted_turns, reply_id
+from assistant.models import AuditEntry, Message, PendingAction, ServerProcess
+from assistant.turns.chat import run_turn, start_turn
 from tests.testapp.models import Order
 
 pytestmark = pytest.mark.django_db
@@ -141,6 +142,27 @@ def test_turn_finished_gets_the_stored_reply(hear, reader, order):
         turn.conversation,
         "complete",
         reader,
+    )
+
+
+def test_turn_finished_when_a_dead_process_turn_is_closed_as_interrupted(hear, plain_user):
+    dead = ServerProcess.objects.create(
+        name="dead", host="web-1", pid=4242, beat_at=timezone.now() - timedelta(minutes=10)
+    )
+    _, asked = start_turn(plain_user, "ping")
+    Message.objects.filter(pk=asked.pk).update(process=dead.name)
+    heard = hear(turn_finished)
+
+    reap_interrupted_turns()
+    reap_interrupted_turns()  # once
+
+    ((sender, named),) = heard.calls
+    assert sender is Message
+    assert str(named["message"].pk) == reply_id(asked.pk)
+    assert (named["conversation"], named["status"], named["user"]) == (
+        asked.conversation,
+        "interrupted",
+        plain_user,
     )
 
 
