@@ -27,6 +27,7 @@ from .exceptions import (
     ToolDefinitionError,
     UnknownOperation,
 )
+from .signals import action_decided, tool_called, turn_finished
 
 if TYPE_CHECKING:
     from .dispatch.catalog import get_catalog, visible_tools
@@ -53,10 +54,13 @@ __all__ = [
     "ToolResult",
     "Toolset",
     "UnknownOperation",
+    "action_decided",
     "assistant_tool",
     "get_catalog",
     "register_toolset",
     "registry",
+    "tool_called",
+    "turn_finished",
     "visible_tools",
 ]
 

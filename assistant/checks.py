@@ -10,12 +10,20 @@ from typing import Any
 from django.apps import apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
+from django.core.handlers.asgi import ASGIHandler
 from django.db import DatabaseError
 
 from .access.approvals import RISK_LEVELS, Policy, configured, configured_for
 from .access.oauth import SCOPES
 from .access.permissions import permission_for
-from .conf import LLM_SETTINGS, SETTINGS, Setting, nearest, policies_are_valid
+from .conf import (
+    LLM_SETTINGS,
+    SETTINGS,
+    Setting,
+    assistant_settings,
+    nearest,
+    policies_are_valid,
+)
 from .core.registry import AssistantTool, RiskLevel, ToolRegistry, registry
 from .models import ValidationTask
 from .toolsets.sql import QueryError, SQLInspector
@@ -24,7 +32,7 @@ from .validation import rules
 
 @register("assistant")
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """assistant.E001/E002/E003/W001: the ASSISTANT dict, its keys and values, LLM's too."""
+    """assistant.E001/E002/E003/E019/W001: the ASSISTANT dict, its keys and values, LLM's too."""
     value = getattr(settings, "ASSISTANT", {})
     if not isinstance(value, dict):
         return [
@@ -39,6 +47,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     if isinstance(llm, dict):
         errors.extend(_key_errors(llm, LLM_SETTINGS, "ASSISTANT['LLM']"))
     errors.extend(_resource_errors(value.get("RESOURCES", {})))
+    errors.extend(_home_url_errors(value.get("HOME_URL")))
     if isinstance(value.get("VALIDATION_FILTER_FIELDS", {}), dict):
         errors.extend(_filter_field_errors(value.get("VALIDATION_FILTER_FIELDS", {})))
     return errors
@@ -81,6 +90,29 @@ def _resource_errors(resources: Any) -> list[CheckMessage]:
                 )
             )
     return errors
+
+
+def _home_url_errors(home_url: Any) -> list[CheckMessage]:
+    """assistant.E019: a HOME_URL that is neither a path nor a URL must name a URL pattern."""
+    from django.urls import NoReverseMatch, reverse
+
+    if not SETTINGS["HOME_URL"].accepts(home_url) or not home_url:
+        return []  # None, or E002's
+    if home_url.startswith(("/", "./", "../")) or "://" in home_url:
+        return []
+    try:
+        reverse(home_url)
+    except NoReverseMatch:
+        return [
+            Error(
+                f"ASSISTANT['HOME_URL'] ({home_url!r}) is not a path or URL and names no URL "
+                "pattern: the chat page could not render its Home link.",
+                hint="Use a path ('/'), a URL, or the name of a URL pattern without arguments "
+                "('home', 'admin:index').",
+                id="assistant.E019",
+            )
+        ]
+    return []
 
 
 def _bad_value(key: str, problem: str, hint: str) -> Error:
@@ -390,6 +422,130 @@ def _task_backend(tasks: Any) -> str:
         return "django.tasks.backends.immediate.ImmediateBackend"  # Django's own default
     default = tasks["default"]
     return str(default.get("BACKEND", "")) if isinstance(default, dict) else ""
+
+
+ASGI_SERVER_APPS = ("daphne",)  # apps whose runserver serves ASGI (websockets)
+REDIS_LAYER_PREFIX = "channels_redis."
+
+
+@register("assistant")
+def check_websocket_served(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """assistant.W013/E018/W014: something serves the chat's websocket where the page expects."""
+    return websocket_problems(
+        list(settings.INSTALLED_APPS),
+        getattr(settings, "ASGI_APPLICATION", None),
+        str(assistant_settings.WEBSOCKET_PATH),
+    )
+
+
+def websocket_problems(
+    installed: list[str], asgi_application: Any, path: str
+) -> list[CheckMessage]:
+    """What keeps these INSTALLED_APPS and ASGI_APPLICATION from serving a websocket at ``path``."""
+    from django.utils.module_loading import import_string
+
+    served_by = [name for name in installed if name.split(".")[0] in ASGI_SERVER_APPS]
+    if not served_by:
+        return [
+            Warning(
+                f"No ASGI server app is in INSTALLED_APPS: manage.py runserver serves WSGI, and "
+                f"the chat's websocket ({path}) is never served.",
+                hint="Put 'daphne' first in INSTALLED_APPS; silence assistant.W013 if an ASGI "
+                "server (daphne, uvicorn) runs the project outside runserver.",
+                id="assistant.W013",
+            )
+        ]
+    hint = (
+        "Set ASGI_APPLICATION = 'yourproject.asgi.application', a ProtocolTypeRouter whose "
+        "'websocket' is URLRouter(assistant.routing.websocket_urlpatterns) (see the README)."
+    )
+    if not asgi_application:
+        return [
+            Error(
+                f"{served_by[0]} is installed, but ASGI_APPLICATION is not set: runserver cannot "
+                f"start an ASGI server, and the chat's websocket ({path}) is never served.",
+                hint=hint,
+                id="assistant.E018",
+            )
+        ]
+    try:
+        application = import_string(str(asgi_application))
+    except ImportError as error:
+        return [
+            Error(
+                f"ASGI_APPLICATION {asgi_application!r} cannot be imported ({error}).",
+                hint=hint,
+                id="assistant.E018",
+            )
+        ]
+    if _routes_websocket(application, path.removeprefix("/")) is False:
+        return [
+            Warning(
+                f"ASGI_APPLICATION {asgi_application!r} routes no websocket to {path}, where the "
+                "chat page connects.",
+                hint=hint + " Or set ASSISTANT['WEBSOCKET_PATH'] to the path you route.",
+                id="assistant.W014",
+            )
+        ]
+    return []
+
+
+def _routes_websocket(application: Any, path: str, depth: int = 0) -> bool | None:
+    """Whether ``application`` routes a websocket at ``path``; None when it cannot be told."""
+    if depth > 12:
+        return None
+    if isinstance(application, ASGIHandler):
+        return False  # Django's own handler: HTTP only
+    mapping = getattr(application, "application_mapping", None)
+    if isinstance(mapping, dict):  # channels' ProtocolTypeRouter
+        if "websocket" not in mapping:
+            return False
+        return _routes_websocket(mapping["websocket"], path, depth + 1)
+    routes = getattr(application, "routes", None)
+    if isinstance(routes, list | tuple):  # channels' URLRouter
+        return any(_route_matches(route, path, depth) for route in routes)
+    for attribute in ("application", "inner", "app"):  # middleware wrapping another application
+        inner = getattr(application, attribute, None)
+        if inner is not None and inner is not application:
+            return _routes_websocket(inner, path, depth + 1)
+    return None
+
+
+def _route_matches(route: Any, path: str, depth: int) -> bool:
+    pattern = getattr(route, "pattern", None)
+    match = pattern.match(path) if pattern is not None else None
+    if match is None:
+        return False
+    inner = getattr(route, "callback", None)
+    if isinstance(getattr(inner, "routes", None), list | tuple):  # a nested URLRouter
+        return _routes_websocket(inner, match[0], depth + 1) is not False
+    return True
+
+
+@register("assistant")
+def check_event_log(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """assistant.W015: a Redis channel layer with the replay log left in one process's memory."""
+    return event_log_problems(
+        getattr(settings, "CHANNEL_LAYERS", None), assistant_settings.EVENT_LOG
+    )
+
+
+def event_log_problems(layers: Any, event_log: Any) -> list[CheckMessage]:
+    """W015 when these CHANNEL_LAYERS cross processes but the event log ``event_log`` does not."""
+    layer = layers.get("default") if isinstance(layers, dict) else None
+    backend = str(layer.get("BACKEND", "")) if isinstance(layer, dict) else ""
+    if not backend.startswith(REDIS_LAYER_PREFIX) or event_log is not None:
+        return []
+    return [
+        Warning(
+            "The channel layer is Redis, but ASSISTANT['EVENT_LOG'] is not set, so replay "
+            "is kept in each process's memory: a tab that reconnects to another process "
+            "cannot replay a run it missed.",
+            hint="Set ASSISTANT['EVENT_LOG'] to a Redis URL (e.g. the channel layer's, "
+            "'redis://127.0.0.1:6379/0'); silence assistant.W015 if you run exactly one process.",
+            id="assistant.W015",
+        )
+    ]
 
 
 @register("assistant")

@@ -253,6 +253,13 @@ SETTINGS: dict[str, Setting] = {
         example="'/ws/assistant/'",
         doc="where websocket_urlpatterns routes AssistantConsumer and the chat page connects",
     ),
+    "HOME_URL": Setting(
+        default=None,
+        accepts=_optional_str,
+        expected="None or a path, URL or URL pattern name",
+        example="'/' or 'home'",
+        doc="where the chat page's Home link goes (resolved like LOGIN_URL); None: no Home link",
+    ),
     "SOCKET_MAX_PENDING_BYTES": Setting(
         default=8 * 1024 * 1024,
         accepts=_positive_int,

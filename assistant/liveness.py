@@ -29,6 +29,7 @@ from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from . import signals
 from .conf import assistant_settings
 from .exceptions import TurnInterrupted
 from .models import AuditEntry, Conversation, Message, ServerProcess
@@ -344,6 +345,18 @@ def _stored(reply: Message) -> Message | None:
             Conversation.objects.filter(pk=reply.conversation_id).update(updated_at=timezone.now())
     except IntegrityError:  # another reaper (or the turn itself) answered; or it was deleted
         return None
+    conversation = (
+        Conversation.objects.select_related("user").filter(pk=reply.conversation_id).first()
+    )
+    if conversation is not None:  # (else deleted meanwhile: its reply went with it)
+        signals.send(
+            signals.turn_finished,
+            Message,
+            message=reply,
+            conversation=conversation,
+            status=reply.status,
+            user=conversation.user,
+        )
     return reply
 
 

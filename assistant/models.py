@@ -16,6 +16,7 @@ from django.db.models import ExpressionWrapper, Value
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from . import signals
 from .core.redaction import hidden_entities, redacted, redacted_entities
 from .core.registry import RiskLevel, registry
 from .core.sealing import seal, unseal
@@ -249,9 +250,12 @@ class PendingActionQuerySet(models.QuerySet["PendingAction"]):
         now = timezone.now()
         closed = 0
         for action in self.filter(status=PendingAction.Status.PENDING, expires_at__lte=now):
-            closed += PendingAction.objects.filter(
+            if PendingAction.objects.filter(
                 pk=action.pk, status=PendingAction.Status.PENDING
-            ).update(status=PendingAction.Status.EXPIRED, decided_at=now, **action.forgotten())
+            ).update(status=PendingAction.Status.EXPIRED, decided_at=now, **action.forgotten()):
+                closed += 1
+                action.refresh_from_db()
+                action._decided()
         return closed
 
 
@@ -500,11 +504,25 @@ class PendingAction(models.Model):
 
     def expire(self) -> PendingAction:
         """Close it unanswered as ``expired`` (it can no longer run), forgetting its secrets."""
-        type(self).objects.filter(pk=self.pk, status=self.Status.PENDING).update(
-            status=self.Status.EXPIRED, decided_at=timezone.now(), **self.forgotten()
+        closed = (
+            type(self)
+            .objects.filter(pk=self.pk, status=self.Status.PENDING)
+            .update(status=self.Status.EXPIRED, decided_at=timezone.now(), **self.forgotten())
         )
         self.refresh_from_db()
+        if closed:
+            self._decided()
         return self
+
+    def _decided(self) -> None:
+        """Tell the host project's receivers that this action left ``pending`` (once)."""
+        signals.send(
+            signals.action_decided,
+            PendingAction,
+            action=self,
+            status=self.status,
+            user=self.decided_by,
+        )
 
     def _moved(self, user: Any, status: str, reason: str, site: Any) -> PendingAction:
         cls, action, now = type(self), self, timezone.now()
@@ -518,13 +536,18 @@ class PendingAction(models.Model):
             **action.forgotten(site),
         )
         if claimed:
-            return cls.objects.get(pk=action.pk)
+            decided = cls.objects.get(pk=action.pk)
+            decided._decided()
+            return decided
         action.refresh_from_db()
         if action.status == cls.Status.PENDING:
-            cls.objects.filter(pk=action.pk, status=cls.Status.PENDING).update(
+            if cls.objects.filter(pk=action.pk, status=cls.Status.PENDING).update(
                 status=cls.Status.EXPIRED, decided_at=now, **action.forgotten(site)
-            )
-            action.refresh_from_db()
+            ):
+                action.refresh_from_db()
+                action._decided()
+            else:
+                action.refresh_from_db()
         if action.status == cls.Status.EXPIRED:
             raise ActionExpired(
                 f"This {action.operation} request expired at "

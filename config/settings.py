@@ -184,6 +184,7 @@ LOGOUT_REDIRECT_URL = "login"
 ASSISTANT = {
     "RESOURCES": {"users": "auth.User", "dashboards": "dashboards.Dashboard"},
     "CONFIRMATION_TTL": 600,
+    "HOME_URL": "home",  # the chat header's Home link (none when unset)
     "PLANNER": os.environ.get("ASSISTANT_PLANNER", "keywords"),
     # with Redis, replay after a reconnect works across server processes
     "EVENT_LOG": REDIS_URL,

@@ -168,3 +168,22 @@ def test_only_a_created_token_documents_its_secret(document: dict[str, Any]) -> 
         "minimum": 1,
         "maximum": 366,
     }
+
+
+def test_the_document_is_titled_with_the_distribution_name(document: dict[str, Any]) -> None:
+    assert document["info"]["title"] == "django-ops-assistant API"
+    assert "django-ops-assistant" in document["info"]["description"]
+
+
+def test_every_operation_has_a_description_of_its_own(document: dict[str, Any]) -> None:
+    operations = [
+        (f"{method.upper()} {path}", operation.get("description", ""))
+        for path, methods in document["paths"].items()
+        for method, operation in methods.items()
+    ]
+    descriptions = [description for _, description in operations]
+
+    assert all(descriptions), [name for name, text in operations if not text]
+    assert len(set(descriptions)) == len(operations), sorted(
+        name for name, text in operations if descriptions.count(text) > 1
+    )

@@ -24,7 +24,25 @@ def test_staff_see_a_link_to_the_admin_others_do_not(
 ) -> None:
     assert '<a href="/admin/">Admin</a>' in page_for(make_user("operator", is_staff=True))
     assert ">Admin</a>" not in page_for(plain_user)
-    assert '<a href="/">Home</a>' in page_for(plain_user)
+
+
+def test_without_home_url_there_is_no_home_link(plain_user: Any) -> None:
+    assert ">Home</a>" not in page_for(plain_user)  # a hard-coded "/" 404s in a fresh project
+
+
+@pytest.mark.parametrize(
+    ("home_url", "href"),
+    [
+        ("/", "/"),
+        ("https://ops.example.com/", "https://ops.example.com/"),
+        ("admin:index", "/admin/"),
+    ],
+)
+def test_home_url_is_the_home_links_path_url_or_url_name(
+    plain_user: Any, home_url: str, href: str
+) -> None:
+    with override_settings(ASSISTANT={"HOME_URL": home_url}):
+        assert f'<a href="{href}">Home</a>' in page_for(plain_user)
 
 
 @override_settings(ROOT_URLCONF="tests.urls_without_admin")
@@ -44,3 +62,9 @@ def test_signing_out_takes_a_post_with_its_csrf_token(plain_user: Any) -> None:
 
     assert (response.status_code, response["Location"]) == (302, "/assistant/login/")
     assert client.get("/assistant/").status_code == 302  # signed out
+
+
+def test_the_sign_in_page_is_titled_with_the_distribution_name() -> None:
+    page = Client().get("/assistant/login/").content.decode()
+
+    assert "<title>Sign in · django-ops-assistant</title>" in page

@@ -5,17 +5,22 @@ from io import StringIO
 from typing import Any
 
 import pytest
+from channels.routing import ProtocolTypeRouter, URLRouter
 from django.core.checks import ERROR, WARNING, run_checks
+from django.core.handlers.asgi import ASGIHandler
 from django.core.management import call_command
 from django.test import override_settings
+from django.urls import path
 
 from assistant import ToolCall, ToolResult, assistant_tool
 from assistant.checks import (
     check_planner,
     check_services,
     check_settings,
+    event_log_problems,
     service_problems,
     tool_errors,
+    websocket_problems,
 )
 from assistant.conf import LLM_SETTINGS, SETTINGS, assistant_settings
 from assistant.core.registry import ToolRegistry, registry
@@ -531,3 +536,111 @@ def test_w004_not_for_a_mapped_resource(site):
 
     with override_settings(ASSISTANT={"RESOURCES": {"orders": "testapp.Order"}}):
         assert list(tool_errors(site)) == []
+
+
+# --- the websocket: served by an ASGI server, routed where the page connects -----------------
+
+WS_PATH = "/ws/assistant/"
+ROUTED = "tests.asgi.application"
+HTTP_ONLY = ASGIHandler()  # what a fresh startproject's asgi.py serves: no websocket
+ELSEWHERE = ProtocolTypeRouter({"websocket": URLRouter([path("ws/other/", lambda *a: None)])})
+
+
+def test_w013_no_asgi_server_app_means_runserver_serves_no_websocket():
+    messages = websocket_problems(["django.contrib.admin", "assistant"], ROUTED, WS_PATH)
+
+    assert ids(messages) == ["assistant.W013"]
+    assert WS_PATH in messages[0].msg
+    assert "'daphne' first in INSTALLED_APPS" in messages[0].hint
+
+
+def test_e018_daphne_without_asgi_application():
+    messages = websocket_problems(["daphne", "assistant"], None, WS_PATH)
+
+    assert ids(messages) == ["assistant.E018"]
+    assert messages[0].level == ERROR
+    assert "ASGI_APPLICATION" in messages[0].hint
+
+
+def test_e018_an_asgi_application_that_cannot_be_imported():
+    assert ids(websocket_problems(["daphne"], "nowhere.asgi.application", WS_PATH)) == [
+        "assistant.E018"
+    ]
+
+
+@pytest.mark.parametrize(
+    "application", ["tests.test_checks.HTTP_ONLY", "tests.test_checks.ELSEWHERE"]
+)
+def test_w014_an_asgi_application_that_routes_no_websocket_where_the_page_connects(application):
+    messages = websocket_problems(["daphne"], application, WS_PATH)
+
+    assert ids(messages) == ["assistant.W014"]
+    assert messages[0].level == WARNING
+    assert "websocket_urlpatterns" in messages[0].hint
+
+
+def test_the_test_projects_asgi_application_routes_the_websocket_through_its_middleware():
+    assert websocket_problems(["daphne"], ROUTED, WS_PATH) == []
+
+
+def test_w013_through_django_when_daphne_is_not_installed(settings):
+    settings.INSTALLED_APPS = [app for app in settings.INSTALLED_APPS if app != "daphne"]
+
+    assert "assistant.W013" in ids(run_checks(tags=["assistant"]))
+
+
+# --- the replay log beside a Redis channel layer ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("layers", "event_log", "expected"),
+    [
+        (REDIS_LAYER, None, ["assistant.W015"]),
+        (
+            {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer"}},
+            None,
+            ["assistant.W015"],
+        ),
+        (REDIS_LAYER, "redis://127.0.0.1:6379/0", []),
+        (MEMORY_LAYER, None, []),
+    ],
+)
+def test_w015_a_redis_channel_layer_with_the_replay_log_in_memory(layers, event_log, expected):
+    messages = event_log_problems(layers, event_log)
+
+    assert ids(messages) == expected
+    if expected:
+        assert "EVENT_LOG" in messages[0].hint
+
+
+def test_w015_through_django(settings):
+    settings.CHANNEL_LAYERS = REDIS_LAYER
+    settings.ASSISTANT = {**settings.ASSISTANT, "EVENT_LOG": None}
+
+    assert "assistant.W015" in ids(run_checks(tags=["assistant"]))
+
+
+# --- HOME_URL ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "home_url", [None, "/", "/ops/", "https://ops.example.com/", "admin:index"]
+)
+def test_home_url_a_path_a_url_or_a_url_name_passes(home_url):
+    with override_settings(ASSISTANT={"HOME_URL": home_url}):
+        assert check_settings() == []
+
+
+@pytest.mark.parametrize("home_url", ["", 42, ["/"]])
+def test_e002_home_url_of_the_wrong_type(home_url):
+    with override_settings(ASSISTANT={"HOME_URL": home_url}):
+        assert ids(check_settings()) == ["assistant.E002"]
+
+
+def test_e019_home_url_names_no_url_pattern():
+    with override_settings(ASSISTANT={"HOME_URL": "dashbaord"}):
+        messages = check_settings()
+
+    assert ids(messages) == ["assistant.E019"]
+    assert "'dashbaord'" in messages[0].msg
+    assert messages[0].hint

@@ -76,6 +76,33 @@ async def test_each_user_lists_exactly_the_tools_the_rest_api_and_the_chat_offer
     assert "cancel_order" not in names(listed) or user.is_superuser
 
 
+async def test_the_server_introduces_itself_by_the_distribution_name(
+    asgi_live_server: str, reader: Any
+) -> None:
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"},
+        },
+    }
+    async with httpx2.AsyncClient() as http:
+        response = await http.post(
+            asgi_live_server + PATH,
+            json=initialize,
+            headers={
+                "Accept": "application/json, text/event-stream",
+                "Authorization": f"Bearer {await issue(reader)}",
+            },
+        )
+
+    assert response.status_code == 200
+    assert '"serverInfo":{"name":"django-ops-assistant"' in response.text.replace(" ", "")
+
+
 @pytest.mark.parametrize("mode", MODES)
 async def test_listed_tools_carry_the_catalogs_schema_and_annotations_from_the_declaration(
     asgi_live_server: str, mode: str, superuser: Any

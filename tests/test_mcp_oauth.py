@@ -216,7 +216,7 @@ def test_the_metadata_names_this_endpoint_and_the_toolkit_as_its_authorization_s
         "authorization_servers": ["http://testserver/o"],
         "scopes_supported": ["assistant", "assistant:write", "assistant:read"],
         "bearer_methods_supported": ["header"],
-        "resource_name": "django-assistant (MCP)",
+        "resource_name": "django-ops-assistant (MCP)",
     }
     assert issuer["issuer"] == "http://testserver/o"
     assert issuer["registration_endpoint"] == "http://testserver/o/register/"

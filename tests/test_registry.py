@@ -257,6 +257,12 @@ DEFINITION_ERRORS = [
     ),
     pytest.param(
         no_entities,
+        {"public": False, "permission_checks": [("auth.user", "DELETE")]},
+        "'auth.user' looks like app_label.model",
+        id="permission-pair-with-dotted-resource",
+    ),
+    pytest.param(
+        no_entities,
         {**GUARDED, "permission_mode": "some"},
         "permission_mode must be",
         id="unknown-permission-mode",

@@ -105,7 +105,7 @@ def metadata(request: Any) -> dict[str, Any]:
         document["authorization_servers"] = servers
     document["scopes_supported"] = list(SCOPES)
     document["bearer_methods_supported"] = ["header"]
-    document["resource_name"] = "django-assistant (MCP)"
+    document["resource_name"] = "django-ops-assistant (MCP)"
     return document
 
 

@@ -288,7 +288,17 @@ def _normalise_checks(
             and len(check) == 2
             and all(isinstance(part, str) and part.strip() for part in check)
         ):
-            result.append((check[0].strip(), check[1].strip().upper()))
+            resource, action = check[0].strip(), check[1].strip().upper()
+            if "." in resource:
+                # ("auth.user", "DELETE") would otherwise need an invented assistant.auth.user_delete
+                app_label, _, model = resource.rpartition(".")
+                raise fail(
+                    f"resource {resource!r} looks like app_label.model: write Django's permission "
+                    f"'{app_label}.<action>_{model.lower()}' (e.g. '{app_label}.delete_"
+                    f"{model.lower()}'), or a plain resource mapped to the model in "
+                    f"ASSISTANT['RESOURCES'] (e.g. {{'{model.lower()}s': '{app_label}.{model}'}})"
+                )
+            result.append((resource, action))
         else:
             raise fail(
                 f"permission check {check!r} must be a (resource, ACTION) pair "

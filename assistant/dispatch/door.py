@@ -22,6 +22,7 @@ from django.apps import apps
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.db import IntegrityError, transaction
 
+from .. import signals
 from ..access.approvals import policy_for
 from ..access.credentials import Credential
 from ..access.permissions import (
@@ -168,18 +169,20 @@ class Outcome:
 def write_audit(context: CallContext, outcome: Outcome, *, domain: str | None = None) -> int:
     """Append one audit entry: the single place the trail is written (staff actions too)."""
     try:
-        return _audit_row(context, outcome, domain, context.conversation)
+        entry = _audit_row(context, outcome, domain, context.conversation)
     except IntegrityError:
         # The conversation was deleted while its call ran: the entry stays, unlinked, as the
         # deletion's SET_NULL left its earlier entries.
         if not _conversation_gone(context.conversation):
             raise
-        return _audit_row(context, outcome, domain, None)
+        entry = _audit_row(context, outcome, domain, None)
+    signals.send(signals.tool_called, AuditEntry, entry=entry, outcome=outcome)
+    return entry.pk
 
 
 def _audit_row(
     context: CallContext, outcome: Outcome, domain: str | None, conversation: Conversation | None
-) -> int:
+) -> AuditEntry:
     user = context.user if context.user is not None and context.user.is_authenticated else None
     tool = outcome.tool or outcome.audit_tool
     entities = outcome.entities if outcome.audit_entities is None else outcome.audit_entities
@@ -201,7 +204,7 @@ def _audit_row(
         request_ip=context.request_ip,
         conversation=conversation,
         pending_action=outcome.pending_action,
-    ).pk
+    )
 
 
 def _error_summary(exc: BaseException) -> str:

@@ -15,7 +15,7 @@ from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import NON_FIELD_ERRORS
 from django.forms.utils import ErrorDict
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import render, resolve_url
 from django.urls import NoReverseMatch, reverse
 from django.utils.translation import gettext as _
 
@@ -60,10 +60,17 @@ def chat(request: HttpRequest) -> HttpResponse:
             "websocket_path": assistant_settings.WEBSOCKET_PATH,
             "max_length": assistant_settings.MAX_MESSAGE_LENGTH,
             "admin_url": admin_url(request),
+            "home_url": home_url(),
         },
     )
     response.headers["Content-Security-Policy"] = CHAT_CONTENT_SECURITY_POLICY
     return response
+
+
+def home_url() -> str | None:
+    """Where the header's Home link goes: ``HOME_URL`` resolved like ``LOGIN_URL``, or nowhere."""
+    configured = assistant_settings.HOME_URL
+    return resolve_url(configured) if configured else None
 
 
 @login_required

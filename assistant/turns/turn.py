@@ -17,6 +17,7 @@ from asgiref.sync import sync_to_async
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import DatabaseError, transaction
 
+from .. import signals
 from ..access.credentials import Credential
 from ..access.permissions import access_for, hidden_from
 from ..access.tokens import Ceiling
@@ -528,6 +529,14 @@ class Turn:
                     usage=self.token_usage(),
                 )
             )
+        await signals.asend(
+            signals.turn_finished,
+            Message,
+            message=message,
+            conversation=self.conversation,
+            status=status,
+            user=self.user,
+        )
         return message
 
     async def cut_short(self, error: CutShort) -> None:

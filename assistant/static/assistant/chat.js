@@ -18,6 +18,7 @@
     lastSeq: {},          // conversation id -> last event number applied
     running: null,        // run id of the run in progress on the current conversation
     retry: 0,
+    unanswered: 0,        // connects since the page loaded, none of which ever opened
     pending: new Map(),   // action id -> approval element
     sending: null,        // the bubble of a message sent but not yet echoed by the server
     waiting: {},          // conversation id ("" for none) -> how many approvals wait there
@@ -35,6 +36,8 @@
 
   // ---- connection ---------------------------------------------------------------------------
 
+  const NOT_SERVED_AFTER = 3;  // failed connects, none ever open, before the page says so
+
   function connect() {
     const scheme = location.protocol === "https:" ? "wss://" : "ws://";
     // "assistant.bursts": the server sends a run's events a burst at a time, as JSON arrays
@@ -43,6 +46,8 @@
     setStatus("connecting", "connecting…");
     socket.onopen = () => {
       state.retry = 0;
+      if (state.unanswered >= NOT_SERVED_AFTER) ui.notice.hidden = true;  // it is served after all
+      state.unanswered = -1;  // it was served: a later outage is a reconnect, not a misconfiguration
       setStatus("open", "connected");
       if (state.conversation) resume(state.conversation);
     };
@@ -64,7 +69,15 @@
       if (event.code === 4008) showNotice("The connection fell behind and was closed; reconnecting.", true);
       // (an error the server sent before closing stays on screen)
       if (event.code === 1011 && ui.notice.hidden) showNotice("The server closed the connection after an error; reconnecting.", true);
-      setStatus("closed", "reconnecting…");
+      if (state.unanswered >= 0 && ++state.unanswered >= NOT_SERVED_AFTER) {
+        // never a handshake since the page loaded: nothing serves the websocket here (WSGI
+        // runserver, a fresh project's plain asgi.py)
+        showNotice("The chat's websocket is not served at " + root.dataset.websocket +
+          ": is an ASGI server (daphne) running this project?", true);
+        setStatus("closed", "not served");
+      } else {
+        setStatus("closed", "reconnecting…");
+      }
       const delay = Math.min(1000 * 2 ** state.retry++, 10000);
       setTimeout(connect, delay);
     };

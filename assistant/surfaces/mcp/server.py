@@ -61,7 +61,7 @@ from .sessions import CappedSessionManager
 
 logger = logging.getLogger("assistant.mcp")
 
-SERVER_NAME = "django-assistant"
+SERVER_NAME = "django-ops-assistant"
 SCOPE_KEY = "assistant.caller"  # where the HTTP view leaves the authenticated caller
 APPROVAL = "approval"  # the key of the one input request a confirmation round sends
 APPROVE_SCHEMA: dict[str, Any] = {

@@ -84,8 +84,8 @@ class SchemaView(SpectacularAPIView):
         prefix = route[: -len("schema/")] if route.endswith("schema/") else ""
         self.patterns = [path(prefix, include(schema_patterns))]
         self.custom_settings = {
-            "TITLE": "django-assistant API",
-            "DESCRIPTION": "Tools, turns, confirmations and audit of django-assistant.",
+            "TITLE": "django-ops-assistant API",
+            "DESCRIPTION": "Tools, turns, confirmations and audit of django-ops-assistant.",
             "VERSION": "1",
             "SCHEMA_PATH_PREFIX": "/" + prefix.rstrip("/"),
             # request bodies get components of their own, so refused blanks say minLength 1

@@ -120,6 +120,8 @@ class ToolsView(AssistantAPIView):
         responses=ToolCatalogSerializer,
     )
     def get(self, request: Request) -> Response:
+        """Lists only the tools this caller may call (the catalog the planner sees), in the
+        requested style."""
         style = request.query_params.get("style", "inventory")
         ceiling = self.call_context().ceiling
         if style == "openai" or style == "anthropic":
@@ -152,6 +154,8 @@ class MessagesView(AssistantAPIView):
         },
     )
     def post(self, request: Request) -> Response:
+        """Stores the message, runs one turn through the planner and dispatch, and answers with the
+        stored reply."""
         data = MessageInput(data=request.data)
         data.is_valid(raise_exception=True)
         context = self.call_context()
@@ -185,6 +189,8 @@ class DispatchView(AssistantAPIView):
         responses={**OUTCOME_RESPONSES, 202: OutcomeSerializer},
     )
     def post(self, request: Request) -> Response:
+        """Calls one tool by operation name through dispatch, audited; a tool that needs
+        confirmation answers with a pending action instead."""
         data = DispatchInput(data=request.data)
         data.is_valid(raise_exception=True)
         conversation = None
@@ -215,6 +221,8 @@ class ActionListView(AssistantAPIView):
         responses=PendingActionSerializer(many=True),
     )
     def get(self, request: Request) -> Response:
+        """Lists the caller's waiting actions, or with awaiting=approval those of others the caller
+        may approve."""
         awaiting = request.query_params.get("awaiting")
         if awaiting is not None:
             if awaiting != "approval":
@@ -242,6 +250,8 @@ class ActionConfirmView(AssistantAPIView):
         responses=OUTCOME_RESPONSES,
     )
     def post(self, request: Request, action_id: str) -> Response:
+        """Confirms a pending action once, re-checking its requester's permissions; a second
+        confirmation gets 409 and an expired one 410."""
         data = ConfirmInput(data=request.data)
         data.is_valid(raise_exception=True)
         return self.outcome_response(
@@ -261,6 +271,7 @@ class ActionCancelView(AssistantAPIView):
         summary="Refuse a pending action", request=CancelInput, responses=OUTCOME_RESPONSES
     )
     def post(self, request: Request, action_id: str) -> Response:
+        """Refuses a pending action so it never runs; the refusal is audited as cancelled."""
         data = CancelInput(data=request.data)
         data.is_valid(raise_exception=True)
         return self.outcome_response(
@@ -290,6 +301,7 @@ class ConversationListView(AssistantAPIView):
         responses=ConversationSerializer(many=True),
     )
     def get(self, request: Request) -> Response:
+        """Lists the caller's conversations, filterable by a search over titles and message text."""
         conversations = Conversation.objects.filter(user_id=owner_id(request))
         wanted = request.query_params.get("search", "")
         if len(wanted) > MAX_SEARCH_LENGTH:
@@ -304,6 +316,8 @@ class ConversationListView(AssistantAPIView):
         responses={200: DeletedSerializer},
     )
     def delete(self, request: Request) -> Response:
+        """Deletes every conversation of the caller, cancelling their waiting actions; the audit
+        trail keeps its entries."""
         deleted = delete_conversations(
             request.user,
             Conversation.objects.filter(user_id=owner_id(request)),
@@ -322,6 +336,7 @@ class ConversationDetailView(AssistantAPIView):
         responses=ConversationDetailSerializer,
     )
     def get(self, request: Request, conversation_id: str) -> Response:
+        """Returns one of the caller's conversations with its messages; someone else's is a 404."""
         conversation = self.conversation(request, conversation_id)
         conversation = (
             _with_counts(Conversation.objects.filter(pk=conversation.pk))
@@ -336,6 +351,7 @@ class ConversationDetailView(AssistantAPIView):
         responses={200: ConversationSerializer},
     )
     def patch(self, request: Request, conversation_id: str) -> Response:
+        """Renames one of the caller's conversations."""
         data = ConversationInput(data=request.data)
         data.is_valid(raise_exception=True)
         conversation = rename_conversation(
@@ -349,6 +365,7 @@ class ConversationDetailView(AssistantAPIView):
         responses={204: None},
     )
     def delete(self, request: Request, conversation_id: str) -> Response:
+        """Deletes one of the caller's conversations and cancels its waiting actions."""
         conversation = self.conversation(request, conversation_id)
         delete_conversations(
             request.user,
@@ -393,6 +410,7 @@ class StaffConversationListView(StaffView):
         responses=StaffConversationSerializer(many=True),
     )
     def get(self, request: Request) -> Response:
+        """Lists every user's conversations for staff who may read the audit, filterable by user."""
         conversations = _with_counts(Conversation.objects.select_related("user"))
         wanted = request.query_params.get("user")
         if wanted:
@@ -418,6 +436,8 @@ class StaffConversationDetailView(StaffView):
         responses={204: None},
     )
     def delete(self, request: Request, conversation_id: str) -> Response:
+        """Deletes any user's conversation; needs assistant.delete_conversation, not only audit
+        access."""
         conversation = self.staff_conversation(conversation_id)
         delete_conversations(
             request.user,
@@ -434,6 +454,7 @@ class StaffConversationHistoryView(StaffView):
         summary="A conversation's messages (staff)", responses=StaffConversationHistorySerializer
     )
     def get(self, request: Request, conversation_id: str) -> Response:
+        """Returns any user's conversation with its messages for staff who may read the audit."""
         conversation = self.staff_conversation(conversation_id)
         return Response(
             {
@@ -510,6 +531,8 @@ class AuditListView(StaffView):
         responses=AuditEntrySerializer(many=True),
     )
     def get(self, request: Request) -> Response:
+        """Pages through the append-only audit trail, newest first, filtered by user, operation,
+        decision and time."""
         entries = AuditEntry.objects.all()
         params = request.query_params
         if params.get("user"):
@@ -538,6 +561,8 @@ class JobListView(AssistantAPIView):
         responses=JobSerializer(many=True),
     )
     def get(self, request: Request) -> Response:
+        """Lists the caller's background jobs, or everyone's with all=1 for holders of
+        assistant.view_job."""
         jobs = Job.objects.select_related("user")
         if request.query_params.get("all") in ("1", "true"):
             jobs = jobs.visible_to(request.user)
@@ -554,6 +579,7 @@ class JobListView(AssistantAPIView):
 class JobDetailView(AssistantAPIView):
     @extend_schema(summary="One job: status, progress, result", responses=JobSerializer)
     def get(self, request: Request, job_id: str) -> Response:
+        """Returns one background job with its status, progress and result."""
         return Response(JobSerializer(job_for(request.user, job_id)).data)
 
 
@@ -564,6 +590,8 @@ class JobCancelView(AssistantAPIView):
         responses=JobSerializer,
     )
     def post(self, request: Request, job_id: str) -> Response:
+        """Asks a background job to stop, audited as cancel_job; a running job stops at its next
+        cancellation check."""
         job = stop_job(job_id, context=self.call_context())
         return Response(JobSerializer(job).data)
 
@@ -594,6 +622,7 @@ class ValidationTaskListView(AssistantAPIView):
         summary="Validation tasks you may see", responses=ValidationTaskSerializer(many=True)
     )
     def get(self, request: Request) -> Response:
+        """Lists the validation tasks the caller may view, globally or per task."""
         tasks = _tasks_for(request.user).select_related("owner", "target_type").order_by("name")
         return self.paginated(tasks, ValidationTaskSerializer)
 
@@ -603,6 +632,7 @@ class ValidationTaskListView(AssistantAPIView):
         responses={201: ValidationTaskSerializer},
     )
     def post(self, request: Request) -> Response:
+        """Creates a validation task owned by the caller, who may then view, change and run it."""
         if not request.user.has_perm("assistant.add_validationtask"):
             raise exceptions.PermissionDenied("You may not create validation tasks.")
         data = ValidationTaskInput(data=request.data)
@@ -623,6 +653,7 @@ class ValidationTaskListView(AssistantAPIView):
 class ValidationTaskDetailView(AssistantAPIView):
     @extend_schema(summary="One validation task", responses=ValidationTaskSerializer)
     def get(self, request: Request, task_id: int) -> Response:
+        """Returns one validation task the caller may view."""
         task = _task_for(request.user, task_id)
         return Response(ValidationTaskSerializer(task).data)
 
@@ -634,6 +665,7 @@ class ValidationTaskRunView(AssistantAPIView):
         responses={202: ValidationRunSerializer},
     )
     def post(self, request: Request, task_id: int) -> Response:
+        """Starts a run of a validation task as a background job and answers with the job."""
         task = _task_for(request.user, task_id)
         if not _tasks_for(request.user, "run").filter(pk=task.pk).exists():
             raise exceptions.PermissionDenied("You may not run this validation task.")
@@ -658,6 +690,8 @@ class ValidationRunListView(AssistantAPIView):
         responses=ValidationRunSerializer(many=True),
     )
     def get(self, request: Request) -> Response:
+        """Lists runs of the validation tasks the caller may view, newest first, optionally for one
+        task."""
         runs = ValidationRun.objects.filter(task__in=_tasks_for(request.user)).prefetch_related(
             "findings"
         )
@@ -684,6 +718,7 @@ class AccessTokenListView(AssistantAPIView):
         responses=AccessTokenSerializer(many=True),
     )
     def get(self, request: Request) -> Response:
+        """Lists the caller's personal access tokens without their secrets."""
         tokens = AccessToken.objects.owned_by(request.user).order_by("-created_at", "-id")
         return self.paginated(tokens, AccessTokenSerializer)
 
@@ -694,6 +729,8 @@ class AccessTokenListView(AssistantAPIView):
         responses={201: AccessTokenCreatedSerializer},
     )
     def post(self, request: Request) -> Response:
+        """Creates a personal access token from a browser session and answers with its secret this
+        one time."""
         if not isinstance(request.successful_authenticator, BrowserSessionAuthentication):
             raise SessionRequired()
         data = AccessTokenInput(data=request.data)
@@ -731,6 +768,7 @@ class AccessTokenDetailView(AssistantAPIView):
         responses={200: AccessTokenSerializer},
     )
     def delete(self, request: Request, token_id: int) -> Response:
+        """Revokes one of the caller's tokens at once and for good."""
         token = _token_for(request.user, token_id)
         if token.revoke():
             bearer = self.bearer()
