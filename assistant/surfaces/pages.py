@@ -15,6 +15,7 @@ from django.urls import NoReverseMatch, reverse
 
 from ..access import signin
 from ..conf import assistant_settings
+from ..dispatch.catalog import visible_tools
 from ..models import PendingAction
 
 # Scripts and styles from this origin only (no inline script, no eval), nothing framed, posted or
@@ -54,6 +55,8 @@ def chat(request: HttpRequest) -> HttpResponse:
             "websocket_path": assistant_settings.WEBSOCKET_PATH,
             "max_length": assistant_settings.MAX_MESSAGE_LENGTH,
             "admin_url": admin_url(request),
+            # the names people read for the tools this user may call (cards, jobs, approvals)
+            "tool_titles": {tool.operation: tool.title for tool in visible_tools(request.user)},
         },
     )
     response.headers["Content-Security-Policy"] = CHAT_CONTENT_SECURITY_POLICY
