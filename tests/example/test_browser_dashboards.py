@@ -58,7 +58,7 @@ def test_an_admins_session_on_the_dashboards(
 
     # 2. back up staging: a job, with its card
     send(page, 'back up "staging"')
-    expect(reply(page, "Backing up Staging's 11 dashboards (task ")).to_be_visible()
+    expect(reply(page, "Backing up Staging's 11 dashboards.")).to_be_visible()
     backup_job = Job.objects.get(operation="run_backup")
     expect(job_card(page, backup_job).locator(".badge")).to_have_text("succeeded")
     expect(job_card(page, backup_job).locator(".job-message")).to_contain_text("Backup #")
