@@ -63,6 +63,11 @@ def no_sideways_scroll(page: Page, width: int) -> None:
     expect(page.get_by_role("button", name="Send")).to_be_in_viewport(ratio=1)
 
 
+def go(page: Page, url: str) -> None:
+    page.goto(url)
+    expect(page.locator("#status")).to_have_text("connected")
+
+
 def ask(user: Any, chat: Conversation, preview: dict[str, Any], summary: str) -> PendingAction:
     order = Order.objects.create(reference=f"ORD-{Order.objects.count() + 1}")
     return PendingAction.open(
@@ -105,7 +110,7 @@ def test_an_approval_card_marks_a_change_only_where_the_value_changes(
     }
     ask(clerk, chat, changes, "Cancel the order")
     page = open_chat(clerk)
-    page.goto(f"{asgi_live_server}/assistant/?c={chat.pk}")
+    go(page, f"{asgi_live_server}/assistant/?c={chat.pk}")
 
     rows = page.locator(".approval table tbody tr")
     expect(rows).to_have_text(["quantity3unchanged", "statusopencancelled"])
@@ -124,7 +129,7 @@ def test_approval_cards_leave_the_conversation_in_view(
     for n in range(3):
         ask(clerk, chat, many, f"Cancel batch {n}")
     page = open_chat(clerk, viewport=PHONE, is_mobile=True, has_touch=True)
-    page.goto(f"{asgi_live_server}/assistant/?c={chat.pk}")
+    go(page, f"{asgi_live_server}/assistant/?c={chat.pk}")
     expect(page.locator(".approval")).to_have_count(3)
 
     approvals = page.locator("#approvals").bounding_box()
@@ -180,7 +185,7 @@ def test_screenshots_at_three_widths(
         "Cancel order ORD-1",
     )
     page = open_chat(clerk, color_scheme=scheme, reduced_motion="reduce")  # (no sidebar sliding)
-    page.goto(f"{asgi_live_server}/assistant/?c={chat.pk}")
+    go(page, f"{asgi_live_server}/assistant/?c={chat.pk}")
     send(page, "list orders")
     expect(page.locator(".bubble.assistant .text").last).to_have_text("ORD-1")
     show_wide_result(page)
