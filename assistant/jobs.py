@@ -32,7 +32,7 @@ from django.utils.module_loading import import_string
 from .compat import task
 from .conf import assistant_settings
 from .core.cancellation import CancellationToken
-from .core.registry import ToolResult
+from .core.registry import ToolResult, title_of
 from .exceptions import Cancelled, JobDefinitionError, JobNotFound, WorkerLost
 from .liveness import areap_interrupted_turns
 from .models import Job, Message
@@ -182,8 +182,13 @@ def _result(value: Any) -> tuple[str, Any]:
     return "Done.", value
 
 
+def job_title(job: Job) -> str:
+    """What people read for a job: its tool's name as words, never its id or function."""
+    return title_of(job.operation or job.function.rsplit(".", 1)[-1])
+
+
 def completion_text(job: Job) -> str:
-    name = job.operation or job.function.rsplit(".", 1)[-1]
+    name = job_title(job)
     if job.status == Job.Status.SUCCEEDED and job.failures:
         return f"{name} finished with {_failures(job.failures)}: {job.result}"
     if job.status == Job.Status.SUCCEEDED:
@@ -283,6 +288,7 @@ def job_event(job: Job) -> dict[str, Any]:
     return {
         "id": str(job.pk),
         "operation": job.operation,
+        "title": job_title(job),
         "status": job.status,
         "progress": job.progress,
         "message": job.progress_message,

@@ -182,6 +182,4 @@ def user_report(
     pause: Annotated[float, "seconds to wait after each account (0-5)", Range(0, 5)] = 0.5,
 ) -> ToolResult:
     job = call.jobs.enqueue(build_user_report, pause)
-    return ToolResult(
-        text=f"Building the user report in the background (task {job.pk}).", task_id=str(job.pk)
-    )
+    return ToolResult(text="Building the user report in the background.", task_id=str(job.pk))

@@ -638,7 +638,7 @@ async def test_staff_demoted_while_the_chat_is_open_no_longer_see_other_users_jo
     socket = await open_socket(operator)
     first = await ask(socket, f"status of task task_id={job.pk}")
     assert calls(first) == [("get_task_status", "executed")]
-    assert reply(first) == "start_job is queued."
+    assert reply(first) == "Start job is queued."
 
     await sync_to_async(demote)(operator)
     second = await ask(socket, f"status of task task_id={job.pk}", thread(first))
@@ -659,7 +659,7 @@ async def test_staff_demoted_while_the_chat_is_open_can_no_longer_cancel_other_u
     )
     socket = await open_socket(operator)
     first = await ask(socket, f"status of task task_id={job.pk}")
-    assert reply(first) == "start_job is queued."  # the chat has read the user: they see it
+    assert reply(first) == "Start job is queued."  # the chat has read the user: they see it
 
     await sync_to_async(demote)(operator)
     await send(socket, type="cancel_job", job=str(job.pk))

@@ -114,8 +114,8 @@ def test_the_capabilities_say_which_tools_ask(settings, clerk):
 
     text = dispatch("show_capabilities", {}, user=clerk).text
 
-    assert "approve_order: Approve an order\n" in text + "\n"
-    assert "list_orders: List orders, optionally by status (asks for confirmation)" in text
+    assert "- Approve order: Approve an order\n" in text + "\n"
+    assert "- List orders: List orders, optionally by status (asks for confirmation)" in text
 
 
 @pytest.mark.django_db

@@ -31,7 +31,7 @@ def assistant_bubbles(page: Page) -> Any:
 
 
 def tool_card(page: Page, operation: str) -> Any:
-    return page.locator("details.tool").filter(has=page.locator("code", has_text=operation))
+    return page.locator(f'details.tool[data-operation="{operation}"]')
 
 
 def test_a_reply_streams_in_with_its_tool_card(

@@ -36,7 +36,8 @@ def test_a_timed_out_query_and_a_job_with_failures_are_not_shown_as_successes(
     page.locator(".approval").get_by_role("button", name="Approve").click()
 
     card = page.locator("details.tool").last
-    expect(card.locator("code")).to_have_text("run_readonly_query")
+    expect(card.locator(".tool-name")).to_have_text("Run readonly query")
+    expect(card).to_have_attribute("data-operation", "run_readonly_query")
     expect(card.locator(".badge")).to_have_text("timeout")
     expect(card.locator(".badge")).to_have_class("badge timeout")
     page.screenshot(path=str(ARTIFACTS / "labels-timeout.png"), full_page=True)

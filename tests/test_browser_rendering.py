@@ -44,7 +44,7 @@ def reply(page: Page) -> Any:
 
 
 def tool_card(page: Page, operation: str) -> Any:
-    return page.locator("details.tool").filter(has=page.locator("code", has_text=operation))
+    return page.locator(f'details.tool[data-operation="{operation}"]')
 
 
 def test_a_reply_renders_as_markdown_and_its_code_block_copies(

@@ -108,7 +108,7 @@ async def test_a_jobs_progress_and_completion_message_reach_the_conversations_so
 
     job = await sync_to_async(the_job)(diagnostician)
     assert (job.status, job.progress, job.result) == ("succeeded", 100, "waited")
-    assert_progress_then_completion(frames, job, "succeeded", "start_job finished: waited")
+    assert_progress_then_completion(frames, job, "succeeded", "Start job finished: waited")
     (started,) = [frame for frame in frames if frame["type"] == "RUN_STARTED"]
     assert started["threadId"] == str(job.conversation_id)
 
@@ -125,7 +125,7 @@ async def test_a_failing_job_shows_as_failed_then_its_message(
     job = await sync_to_async(the_job)(diagnostician)
     assert job.status == "failed"
     assert job_events(frames)[-1]["error"] == "RuntimeError: the job blew up"
-    text = "start_job failed: RuntimeError: the job blew up"
+    text = "Start job failed: RuntimeError: the job blew up"
     assert completion_frames(frames, str(job.completion_message_id))[1]["delta"] == text
 
 
@@ -144,7 +144,7 @@ async def test_a_cancel_job_frame_stops_your_running_job(open_socket, diagnostic
     job = await sync_to_async(the_job)(diagnostician)
     assert (job.status, job.cancel_requested) == ("cancelled", True)
     assert job_events(frames)[-1]["status"] == "cancelled"
-    text = "start_job was cancelled."
+    text = "Start job was cancelled."
     assert completion_frames(frames, str(job.completion_message_id))[1]["delta"] == text
     assert "CUSTOM assistant.error" not in kinds(before + frames)
 
@@ -275,7 +275,7 @@ async def test_a_web_process_reaps_a_silent_job_and_shows_it_failed(
     assert job_events(frames)[-1]["status"] == "failed"
     message = await Message.objects.aget(conversation=conversation)
     assert completion_frames(frames, str(message.pk))[1]["delta"] == (
-        "start_job failed: The worker stopped responding (no heartbeat for 1 s)."
+        "Start job failed: The worker stopped responding (no heartbeat for 1 s)."
     )
 
 
@@ -299,4 +299,4 @@ async def test_a_job_run_by_a_worker_process_shows_its_progress_and_result_in_th
 
     job = await sync_to_async(the_job)(diagnostician)
     assert (job.status, job.result) == ("succeeded", "waited")
-    assert_progress_then_completion(frames, job, "succeeded", "start_job finished: waited")
+    assert_progress_then_completion(frames, job, "succeeded", "Start job finished: waited")

@@ -142,7 +142,7 @@ def test_a_job_that_succeeds_stores_its_result_and_progress_100_and_tells_the_co
     assert (job.result, job.error) == ("2 orders", "")
     assert job.started_at <= job.finished_at
     assert job.worker.split(":")[1] == str(os.getpid())
-    assert conversation_texts(conversation) == [("assistant", "start_job finished: 2 orders")]
+    assert conversation_texts(conversation) == [("assistant", "Start job finished: 2 orders")]
     message = Message.objects.get(conversation=conversation)
     assert job.completion_message == message
     assert message.tool_calls == [
@@ -167,7 +167,7 @@ def test_a_job_that_raises_is_stored_failed_with_its_error_and_the_conversation_
     assert (job.status, job.error, job.result) == ("failed", "RuntimeError: the job blew up", "")
     assert (job.progress, job.progress_message) == (50, "about to fail")
     assert conversation_texts(conversation) == [
-        ("assistant", "start_job failed: RuntimeError: the job blew up")
+        ("assistant", "Start job failed: RuntimeError: the job blew up")
     ]
     assert job.completion_message.tool_calls[0]["decision"] == "failed"
 
@@ -270,21 +270,21 @@ def test_staff_who_may_change_jobs_cancel_anyones(diagnostician, make_user):
 @pytest.mark.parametrize(
     ("fields", "text"),
     [
-        ({"status": "queued"}, "start_job is queued."),
-        ({"status": "running", "progress": 40}, "start_job is running: 40%"),
+        ({"status": "queued"}, "Start job is queued."),
+        ({"status": "running", "progress": 40}, "Start job is running: 40%"),
         (
             {"status": "running", "progress": 40, "progress_message": "copying"},
-            "start_job is running: 40% — copying",
+            "Start job is running: 40% — copying",
         ),
         (
             {"status": "succeeded", "progress": 100, "result": "2 orders"},
-            "start_job succeeded: 2 orders",
+            "Start job succeeded: 2 orders",
         ),
         (
             {"status": "failed", "error": "RuntimeError: boom"},
-            "start_job failed: RuntimeError: boom",
+            "Start job failed: RuntimeError: boom",
         ),
-        ({"status": "cancelled"}, "start_job was cancelled."),
+        ({"status": "cancelled"}, "Start job was cancelled."),
     ],
     ids=["queued", "running", "running with a message", "succeeded", "failed", "cancelled"],
 )
@@ -325,7 +325,7 @@ def test_get_task_status_on_someone_elses_job_needs_staff_with_view_job(
 
     assert outcome.decision == "executed"
     if sees_it:
-        assert outcome.text == "start_job is queued."
+        assert outcome.text == "Start job is queued."
     else:
         assert outcome.text == f"No job {job.pk} of yours."
         assert outcome.result.data is None
@@ -359,7 +359,7 @@ def test_the_reaper_fails_a_running_job_whose_worker_went_silent(diagnostician, 
     assert silent.error == "The worker stopped responding (no heartbeat for 60 s)."
     assert silent.finished_at is not None
     assert conversation_texts(conversation) == [
-        ("assistant", "start_job failed: The worker stopped responding (no heartbeat for 60 s).")
+        ("assistant", "Start job failed: The worker stopped responding (no heartbeat for 60 s).")
     ]
     assert silent.completion_message.tool_calls[0]["task_id"] == str(silent.pk)
     alive.refresh_from_db()

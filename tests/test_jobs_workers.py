@@ -48,7 +48,7 @@ def test_a_worker_runs_an_enqueued_job_and_its_completion_reaches_the_conversati
     assert (job.status, job.progress, job.progress_message) == ("succeeded", 100, "step 3 of 3")
     assert job.result == "1 orders"
     assert job.worker.split(":")[1] == str(worker.pid)
-    assert conversation_texts(conversation) == [("assistant", "start_job finished: 1 orders")]
+    assert conversation_texts(conversation) == [("assistant", "Start job finished: 1 orders")]
     (task,) = DBTaskResult.objects.all()
     assert (str(task.id), task.status, task.return_value) == (
         job.task_result_id,
@@ -102,7 +102,7 @@ def test_cancelling_a_running_job_stops_it_within_a_few_seconds(
     assert took < 5, f"the job stopped {took:.1f} s after the cancel"
     # The row is finished first; the worker then appends the message in its own transaction.
     eventually(lambda: conversation_texts(conversation), timeout=10, what="the message")
-    assert conversation_texts(conversation) == [("assistant", "start_job was cancelled.")]
+    assert conversation_texts(conversation) == [("assistant", "Start job was cancelled.")]
     assert worker.poll() is None, "the worker lives on for the next job"
 
 
@@ -130,7 +130,7 @@ def test_a_job_whose_worker_is_killed_stays_running_until_the_reaper_fails_it(
         "The worker stopped responding (no heartbeat for 1 s).",
     )
     assert conversation_texts(conversation) == [
-        ("assistant", "start_job failed: The worker stopped responding (no heartbeat for 1 s).")
+        ("assistant", "Start job failed: The worker stopped responding (no heartbeat for 1 s).")
     ]
 
 
@@ -155,7 +155,7 @@ def test_a_frozen_worker_that_wakes_after_its_job_was_reaped_does_not_overwrite_
     )
 
     job.refresh_from_db()
-    told = "start_job failed: The worker stopped responding (no heartbeat for 1 s)."
+    told = "Start job failed: The worker stopped responding (no heartbeat for 1 s)."
     assert conversation_texts(conversation) == [("assistant", told)]
     assert (job.status, job.error) == (
         "failed",

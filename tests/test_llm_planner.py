@@ -16,7 +16,7 @@ from assistant.conf import LLM_DEFAULTS
 from assistant.core.cancellation import CancellationToken
 from assistant.core.registry import registry
 from assistant.dispatch.catalog import get_catalog, visible_tools
-from assistant.models import AuditEntry, Conversation, PendingAction
+from assistant.models import AuditEntry, Conversation, Job, PendingAction
 from assistant.stream.broadcast import group_name
 from assistant.turns.chat import arun_turn, run_turn
 from assistant.turns.planners.llm import FALLBACK_NOTICE, RESULT_LIMIT
@@ -225,6 +225,18 @@ def test_a_tool_call_is_dispatched_and_its_result_fed_back_before_the_final_word
     assert record["audit_id"] == entry.pk
     assert turn.assistant_message.text == "Two pongs."
     assert turn.assistant_message.status == "complete"
+
+
+def test_the_model_is_told_a_job_s_task_id_beside_its_text(use_llm, diagnostician):
+    # (the text is for people: the id the model may ask about later goes beside it)
+    peer = use_llm()
+    peer.script(tool_calls(call("start_job", id="call_job")), text("Started."))
+
+    run_turn(diagnostician, "start a job")
+
+    job = Job.objects.get()
+    told = {"decision": "executed", "text": f"started count job {job.pk}", "task_id": str(job.pk)}
+    assert fed_back(peer.requests[1]) == [("call_job", told)]
 
 
 def test_calls_streamed_interleaved_are_reassembled_by_index_and_run_in_order(use_llm, plain_user):

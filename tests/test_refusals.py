@@ -271,7 +271,7 @@ def test_a_validation_run_that_found_failures_is_a_job_that_says_how_many(
         "failures": 1,
         "warnings": 0,
     }
-    assert completion_text(job).startswith("validation_run finished with 1 failure: ")
+    assert completion_text(job).startswith("Validation run finished with 1 failure: ")
     assert client_for(alice).get(f"{API}/jobs/{job.pk}/").json()["failures"] == 1
 
 
@@ -283,7 +283,7 @@ def test_a_validation_run_with_no_failures_is_a_plain_success(run_now, make_user
     job = Job.objects.get(pk=run.job_id)
 
     assert (job_event(job)["status"], job_event(job)["failures"]) == ("succeeded", 0)
-    assert completion_text(job).startswith("validation_run finished: ")
+    assert completion_text(job).startswith("Validation run finished: ")
 
 
 # -- a statement timeout -------------------------------------------------------------------

@@ -88,6 +88,12 @@ class ToolCall:
         return self.tool.operation
 
 
+def title_of(operation: str) -> str:
+    """An operation's name as words people read: ``run_backup`` → "Run backup"."""
+    words = operation.replace("_", " ").replace(".", " ").strip()
+    return words[:1].upper() + words[1:]
+
+
 @dataclass(frozen=True, kw_only=True, slots=True, eq=False, weakref_slot=True)
 class AssistantTool:
     """A registered tool: the decorator's metadata, its handler and what is derived from its signature."""
@@ -246,6 +252,11 @@ class AssistantTool:
     @property
     def is_safe(self) -> bool:
         return self.risk_level is RiskLevel.SAFE
+
+    @property
+    def title(self) -> str:
+        """What people read for the tool (``search_dashboards`` → "Search dashboards")."""
+        return title_of(self.operation)
 
     def validate(self, values: Mapping[str, Any] | None) -> dict[str, Any]:
         """Check the call's entities against the signature; raise ``InvalidEntities``."""

@@ -21,6 +21,7 @@ from django.utils.translation import gettext as _
 
 from ..access import signin
 from ..conf import assistant_settings
+from ..dispatch.catalog import visible_tools
 from ..models import PendingAction
 
 # Scripts and styles from this origin only (no inline script, no eval), nothing framed, posted or
@@ -61,6 +62,8 @@ def chat(request: HttpRequest) -> HttpResponse:
             "max_length": assistant_settings.MAX_MESSAGE_LENGTH,
             "admin_url": admin_url(request),
             "home_url": home_url(),
+            # the names people read for the tools this user may call (cards, jobs, approvals)
+            "tool_titles": {tool.operation: tool.title for tool in visible_tools(request.user)},
         },
     )
     response.headers["Content-Security-Policy"] = CHAT_CONTENT_SECURITY_POLICY

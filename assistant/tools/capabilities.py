@@ -20,18 +20,19 @@ from ..dispatch.catalog import visible_tools
 def show_capabilities(call: ToolCall) -> ToolResult:
     tools = sorted(
         visible_tools(call.user, session=call.session, ceiling=call.ceiling),
-        key=lambda tool: (tool.domain, tool.operation),
+        key=lambda tool: (tool.domain, tool.title),
     )
     lines = ["Here is what I can do for you:"]
     data = []
     for domain, group in groupby(tools, key=lambda tool: tool.domain):
-        lines.append(f"\n{domain}")
+        lines.append(f"\n{domain.replace('_', ' ').capitalize()}\n")
         for tool in group:
             flag = " (asks for confirmation)" if policy_for(tool).asks else ""
-            lines.append(f"  • {tool.operation}: {tool.description}{flag}")
+            lines.append(f"- {tool.title}: {tool.description}{flag}")
             data.append(
                 {
                     "operation": tool.operation,
+                    "title": tool.title,
                     "domain": tool.domain,
                     "description": tool.description,
                     "risk_level": tool.risk_level.value,

@@ -35,7 +35,7 @@ def run_llm_validation(
     )
     assert run.job is not None
     return ToolResult(
-        text=f"Validation task {task.pk} started (run {run.pk}, task id {run.job.pk}).",
+        text=f"Validation task {task.pk} started (run {run.pk}).",
         task_id=str(run.job.pk),
         data={"validation_task": task.pk, "run": run.pk, "job": str(run.job.pk)},
     )

@@ -6,7 +6,7 @@ import uuid
 from typing import Annotated
 
 from ..core.registry import ToolCall, ToolResult, assistant_tool
-from ..jobs import job_event
+from ..jobs import job_event, job_title
 from ..models import Job
 
 
@@ -25,7 +25,7 @@ def get_task_status(
     if job is None:
         return ToolResult(text=f"No job {task_id} of yours.")
 
-    name = job.operation or job.function.rsplit(".", 1)[-1]
+    name = job_title(job)
     if job.status == Job.Status.RUNNING:
         text = f"{name} is running: {job.progress}%" + (
             f" — {job.progress_message}" if job.progress_message else ""

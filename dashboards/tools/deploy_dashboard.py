@@ -103,7 +103,7 @@ def deploy_dashboard(
     return ToolResult(
         text=(
             f"Deploying #{found.pk} {found.title} v{found.version} from "
-            f"{found.environment.name} to {to.name} (task {job.pk})."
+            f"{found.environment.name} to {to.name}."
         ),
         task_id=str(job.pk),
         data={"dashboard": found.pk, "target": to.slug, "job": str(job.pk)},

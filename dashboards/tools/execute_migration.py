@@ -135,7 +135,7 @@ def execute_migration(
         )
     job = call.jobs.enqueue(migrate_dashboards, [step["id"] for step in plan], to.pk)
     return ToolResult(
-        text=(f"Migrating {len(plan)} dashboards from {origin.name} to {to.name} (task {job.pk})."),
+        text=f"Migrating {len(plan)} dashboards from {origin.name} to {to.name}.",
         task_id=str(job.pk),
         data={"dry_run": False, "plan": plan, "job": str(job.pk)},
     )

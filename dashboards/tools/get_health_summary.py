@@ -156,6 +156,16 @@ def problems_in(facts: dict[str, Any]) -> list[str]:
     return problems
 
 
+def workers_line(workers: dict[str, Any]) -> str:
+    """Only a worker running a job beats: an idle one is not "0 workers" beside "All healthy"."""
+    busy = len(workers["live"])
+    now = f"{busy} busy now" if busy else "none busy now (an idle worker leaves no trace)"
+    stale = workers["stale_running_jobs"]
+    return f"Workers: {now}, {workers['seen_last_24h']} seen in 24 h" + (
+        f", {stale} stale" if stale else ""
+    )
+
+
 def summary_lines(facts: dict[str, Any]) -> list[str]:
     database, layer = facts["database"], facts["channel_layer"]
     workers, jobs = facts["workers"], facts["jobs"]
@@ -164,8 +174,7 @@ def summary_lines(facts: dict[str, Any]) -> list[str]:
         + (f", {database['latency_ms']} ms)" if database["ok"] else f": {database['detail']})"),
         f"Channel layer: {'ok' if layer['ok'] else 'DOWN'} ({layer['backend'] or 'none'}"
         + (f", {layer['latency_ms']} ms)" if layer["ok"] else f": {layer['detail']})"),
-        f"Workers: {len(workers['live'])} beating now, {workers['seen_last_24h']} seen in 24 h"
-        + (f", {workers['stale_running_jobs']} stale" if workers["stale_running_jobs"] else ""),
+        workers_line(workers),
         f"Jobs: {jobs['queued']} queued, {jobs['running']} running, "
         f"{jobs['failed_last_24h']} failed in the last 24 h",
     ]

@@ -30,7 +30,7 @@ def run_backup(
     count = env.dashboards.count()
     job = call.jobs.enqueue(back_up_environment, env.pk, call.user.pk)
     return ToolResult(
-        text=f"Backing up {env.name}'s {count} dashboards (task {job.pk}).",
+        text=f"Backing up {env.name}'s {count} dashboards.",
         task_id=str(job.pk),
         data={"environment": env.slug, "job": str(job.pk)},
     )

@@ -41,7 +41,7 @@ def run_llm_documentation(
         return ambiguous.reply()
     job = call.jobs.enqueue(write_documentation, found.pk)
     return ToolResult(
-        text=f"Writing the documentation of #{found.pk} {found.title} (task {job.pk}).",
+        text=f"Writing the documentation of #{found.pk} {found.title}.",
         task_id=str(job.pk),
         data={"dashboard": found.pk, "job": str(job.pk)},
     )

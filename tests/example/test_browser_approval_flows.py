@@ -40,8 +40,8 @@ def test_a_deploy_is_prepared_then_asked_and_runs_once_its_name_is_typed(
         [
             "FieldBeforeAfter",
             "version12",
-            "databaseprod_warehouseprod_warehouse",
-            "charts33",
+            "databaseprod_warehouseunchanged",  # (a value that stays is not struck through)
+            "charts3unchanged",
         ]
     )
     approve = card.get_by_role("button", name="Approve")

@@ -31,7 +31,7 @@ def reply(page: Page, text: str) -> Any:
 
 
 def tool_card(page: Page, operation: str) -> Any:
-    return page.locator("details.tool").filter(has=page.locator("code", has_text=operation)).last
+    return page.locator(f'details.tool[data-operation="{operation}"]').last
 
 
 def job_card(page: Page, job: Job) -> Any:
@@ -58,7 +58,7 @@ def test_an_admins_session_on_the_dashboards(
 
     # 2. back up staging: a job, with its card
     send(page, 'back up "staging"')
-    expect(reply(page, "Backing up Staging's 11 dashboards (task ")).to_be_visible()
+    expect(reply(page, "Backing up Staging's 11 dashboards.")).to_be_visible()
     backup_job = Job.objects.get(operation="run_backup")
     expect(job_card(page, backup_job).locator(".badge")).to_have_text("succeeded")
     expect(job_card(page, backup_job).locator(".job-message")).to_contain_text("Backup #")
@@ -142,5 +142,5 @@ def test_asking_for_a_tasks_status_by_its_id(
 
     send(page, f'what\'s the status of task "{job.pk}"')
 
-    expect(reply(page, "run_backup succeeded: Backup #")).to_be_visible(timeout=3_000)
+    expect(reply(page, "Run backup succeeded: Backup #")).to_be_visible(timeout=3_000)
     screenshot(page, "task-status")

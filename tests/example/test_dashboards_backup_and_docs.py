@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
+from datetime import timedelta
 from io import StringIO
 from typing import Any
 
@@ -47,7 +48,7 @@ def test_backup_archives_the_environment_to_storage_with_its_checksum(
     body = response.json()
     job = job_of(response)
     assert body["decision"] == "executed"
-    assert body["text"] == f"Backing up Staging's 11 dashboards (task {job.pk})."
+    assert body["text"] == "Backing up Staging's 11 dashboards."  # (the job's id is task_id)
     backup = Backup.objects.get()
     assert (job.status, job.progress) == ("succeeded", 100)
     assert job.result == (
@@ -381,6 +382,35 @@ def test_the_health_summary_shows_the_latest_validation_and_live_workers(
     (run,) = data["validation"]
     assert (run["status"], run["failed"]) == ("failed", 11)
     assert "the latest validation run failed" in data["problems"]
+
+
+def test_the_health_summary_says_what_it_can_see_of_workers(world: World) -> None:
+    # A worker finished a job an hour ago and now waits for the next: idle, it leaves no trace.
+    hour_ago = timezone.now() - timedelta(hours=1)
+    Job.objects.create(
+        operation="run_backup",
+        function="x.y",
+        status="succeeded",
+        worker="host:1:MainThread",
+        started_at=hour_ago,
+        finished_at=hour_ago,
+    )
+
+    idle = dispatch(world.operator, "get_health_summary").json()["text"].splitlines()
+    Job.objects.create(
+        operation="deploy_dashboard",
+        function="x.y",
+        status="running",
+        worker="host:1:MainThread",
+        started_at=timezone.now(),
+        heartbeat_at=timezone.now(),
+    )
+    busy = dispatch(world.operator, "get_health_summary").json()["text"].splitlines()
+
+    assert idle[0] == "All healthy."
+    assert idle[3] == "Workers: none busy now (an idle worker leaves no trace), 1 seen in 24 h"
+    assert busy[0] == "All healthy."
+    assert busy[3] == "Workers: 1 busy now, 1 seen in 24 h"
 
 
 @pytest.mark.parametrize("who", ["viewer", "outsider"])

@@ -65,7 +65,7 @@ def test_deploy_waits_for_approval_then_copies_the_dashboard_with_progress(
     assert response.json()["decision"] == "confirmed"
     job = job_of(response)
     assert response.json()["text"] == (
-        f"Deploying #{source.pk} Sales overview v2 from Staging to Production (task {job.pk})."
+        f"Deploying #{source.pk} Sales overview v2 from Staging to Production."
     )
     job.refresh_from_db()
     assert (job.status, job.progress, job.operation) == ("succeeded", 100, "deploy_dashboard")

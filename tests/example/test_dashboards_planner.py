@@ -247,7 +247,7 @@ def test_asking_for_a_tasks_status_in_the_chat(
     turn = say(world.operator, f'what\'s the status of task "{backup["task_id"]}"')
 
     (status,) = turn["outcomes"]
-    assert status["text"].startswith("run_backup succeeded: Backup #")
+    assert status["text"].startswith("Run backup succeeded: Backup #")
 
 
 def test_a_plain_deploy_message_never_deploys_without_approval(world: World) -> None:

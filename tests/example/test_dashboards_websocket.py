@@ -134,7 +134,7 @@ WEBSOCKET_WORKS = [
         "Dry run — migrating 1 dashboards from Development to Staging",
         True,
     ),
-    ("operator", 'back up "staging"', "Backing up Staging's 11 dashboards (task ", False),
+    ("operator", 'back up "staging"', "Backing up Staging's 11 dashboards.", False),
     (
         "operator",
         'document dashboard "hiring" environment=dev',

@@ -45,8 +45,17 @@
     const box = el("div", "preview preview-" + data.kind);
     const rows = Array.isArray(data.rows) ? data.rows : [];
     if (data.kind === "changes") {
-      const node = table(["Field", "Before", "After"], rows.map((row) => [row.field, row.before, row.after]));
-      node.querySelectorAll("tbody tr").forEach((tr) => { tr.cells[1].className = "before"; tr.cells[2].className = "after"; });
+      // a value that stays as it is is said once, not struck through and written again
+      const same = rows.map((row) => shownValue(row.before) === shownValue(row.after));
+      const node = table(["Field", "Before", "After"], rows.map((row, i) => [row.field, row.before, same[i] ? "unchanged" : row.after]));
+      node.querySelectorAll("tbody tr").forEach((tr, i) => {
+        if (same[i]) {
+          tr.className = "unchanged";
+          return;
+        }
+        tr.cells[1].className = "before";
+        tr.cells[2].className = "after";
+      });
       box.append(node);
     } else if (data.kind === "rows") {
       box.append(table(Array.isArray(data.columns) ? data.columns : [], rows.map((row) => (Array.isArray(row) ? row : [row]))));

@@ -27,6 +27,16 @@
     paused: false,
   };
 
+  // The names people read for the tools (the server's, from each tool's declaration); a tool not
+  // in this user's catalog any more is named the same way from its operation.
+  const titles = JSON.parse(($("assistant-tool-titles") || {}).textContent || "{}");
+  function toolTitle(operation) {
+    if (!operation) return "";
+    if (Object.prototype.hasOwnProperty.call(titles, operation)) return titles[operation];
+    const words = operation.replace(/[_.]/g, " ").trim();
+    return words.charAt(0).toUpperCase() + words.slice(1);
+  }
+
   function el(tag, className, text) {
     const node = document.createElement(tag);
     if (className) node.className = className;
@@ -329,7 +339,12 @@
       card = el("details", "tool");
       card.id = "t-" + id;
       const summary = el("summary");
-      summary.append(el("span", "", "⚙"), el("code", "", name || "tool"), el("span", "badge running", "running"));
+      const label = el("span", "tool-name", toolTitle(name) || "Tool");
+      if (name) {
+        card.dataset.operation = name;
+        label.title = name;  // the operation's own name, for whoever needs it
+      }
+      summary.append(el("span", "", "⚙"), label, el("span", "badge running", "running"));
       card.append(summary, el("pre", "args"), el("pre", "result"));
       host.querySelector(".tools").append(card);
       scrollDown();
@@ -356,7 +371,8 @@
       const cancel = el("button", "ghost", "Cancel");
       cancel.type = "button";
       cancel.onclick = () => { if (send({ type: "cancel_job", job: job.id })) cancel.disabled = true; };
-      head.append(el("code", "", job.operation || "job"), el("span", "badge", job.status), cancel);
+      if (job.operation) card.dataset.operation = job.operation;
+      head.append(el("span", "job-title", job.title || toolTitle(job.operation) || "Background job"), el("span", "badge", job.status), cancel);
       const bar = el("progress");
       bar.max = 100;
       card.append(head, bar, el("div", "job-message"));

@@ -181,7 +181,9 @@
   }
 
   // A tool's text that the reply already says (the keyword planner's reply is its tools' text)
-  // is not printed a second time in the tool card.
+  // is not printed a second time in the tool card; nor are its records as a table (a list of
+  // objects its text spells out, like the capabilities), while a list of plain values keeps its
+  // sortable table.
   function hideRepeatedResults(target) {
     const bubble = target.closest(".bubble");
     if (!bubble) return;
@@ -189,6 +191,9 @@
     bubble.querySelectorAll(".tool .result").forEach((result) => {
       const text = result.textContent.trim();
       result.hidden = text !== "" && said.includes(text);
+      const card = result.closest(".tool");
+      const records = card && document.getElementById("d-" + card.id);
+      if (records && records.dataset.records) records.hidden = result.hidden;
     });
   }
 
@@ -357,8 +362,10 @@
       return;
     }
     table.id = id;
+    if (Array.isArray(data) && data.length && data.every(isRecord)) table.dataset.records = "1";
     if (old) old.replaceWith(table);
     else card.after(table);
+    recheck(card.closest(".bubble"));
   }
 
   // A tool card's result arrived: hide it if the reply already says it.

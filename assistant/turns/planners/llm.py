@@ -132,6 +132,9 @@ def result_for_model(outcome: Outcome) -> str:
     if len(text) > RESULT_LIMIT:
         text = text[:RESULT_LIMIT] + " …(truncated)"
     summary: dict[str, Any] = {"decision": outcome.decision, "text": text}
+    # a job's id beside its text: people read the job's name, the model may ask for its status
+    if outcome.result is not None and outcome.result.task_id:
+        summary["task_id"] = outcome.result.task_id
     if outcome.code:
         summary["code"] = outcome.code
     if outcome.pending_action is not None:
