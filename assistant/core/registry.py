@@ -7,17 +7,20 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
-from ..exceptions import AlreadyRegistered, RegistryFrozen, ToolDefinitionError, UnknownOperation
+from ..exceptions import (
+    AlreadyRegistered,
+    AssistantError,
+    RegistryFrozen,
+    ToolDefinitionError,
+    UnknownOperation,
+)
 from .entities import Entity, entities_from_handler, parameters_schema, validate_entities
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
-    from ..access.tokens import Ceiling
-    from ..jobs import JobManager
-    from ..models import Conversation, PendingAction
     from .cancellation import CancellationToken
     from .lifecycle import ToolSession, Toolset
 
@@ -64,6 +67,29 @@ class Prepared:
 PREVIEW_KINDS = frozenset({"changes", "rows", "list", "text"})
 
 
+# What a call needs of the layers above, as structural types they satisfy (mypy checks it), so
+# that this bottom layer names none of them, not even in annotations.
+class JobEnqueuer(Protocol):
+    """Enqueues long work for the call's user and conversation (``jobs.JobManager``)."""
+
+    def enqueue(self, function: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any: ...
+
+
+class TokenCeiling(Protocol):
+    """What a bearer token may reach at most (``access.tokens.Ceiling``)."""
+
+    def allows(self, tool: AssistantTool, /) -> bool: ...
+
+    def refusal(self, tool: AssistantTool, /) -> AssistantError: ...
+
+
+class StoredRecord(Protocol):
+    """A stored row a call refers to (``models.Conversation``, ``models.PendingAction``)."""
+
+    @property
+    def pk(self) -> Any: ...
+
+
 @dataclass(kw_only=True, slots=True)
 class ToolCall:
     """Everything a handler may need about the call it is serving (treat it as read-only)."""
@@ -71,17 +97,17 @@ class ToolCall:
     tool: AssistantTool
     entities: Mapping[str, Any]
     user: AbstractBaseUser | AnonymousUser
-    conversation: Conversation | None = None
+    conversation: StoredRecord | None = None
     settings: Any = None
     source: str = "api"
     request_ip: str | None = None
-    pending_action: PendingAction | None = None
+    pending_action: StoredRecord | None = None
     instance: Any = None
     cancel: CancellationToken | None = None
     toolset: Toolset | Any = None  # the Toolset instance serving a toolset tool
     session: ToolSession | None = None  # the tool session the call runs in
-    ceiling: Ceiling | None = None  # the bearer token's, when one made the call
-    jobs: JobManager  # ``call.jobs.enqueue(func, *args)`` for long work
+    ceiling: TokenCeiling | None = None  # the bearer token's, when one made the call
+    jobs: JobEnqueuer  # ``call.jobs.enqueue(func, *args)`` for long work
 
     @property
     def operation(self) -> str:

@@ -14,9 +14,8 @@ from typing import Any, Literal
 
 from ..access.approvals import policy_for
 from ..access.permissions import access_for, explain, required_permissions
-from ..access.tokens import Ceiling
 from ..core.lifecycle import ToolSession, process_session
-from ..core.registry import AssistantTool, ToolRegistry, registry
+from ..core.registry import AssistantTool, TokenCeiling, ToolRegistry, registry
 from .door import failed_toolsets
 
 
@@ -25,7 +24,7 @@ def visible_tools(
     *,
     session: ToolSession | None = None,
     site: ToolRegistry = registry,
-    ceiling: Ceiling | None = None,
+    ceiling: TokenCeiling | None = None,
 ) -> list[AssistantTool]:
     """The tools this user may call (in this tool session, or where a call from here would run;
     under a token's ceiling), in order."""
@@ -59,7 +58,7 @@ def get_catalog(
     style: Literal["openai", "anthropic"] = "openai",
     session: ToolSession | None = None,
     site: ToolRegistry = registry,
-    ceiling: Ceiling | None = None,
+    ceiling: TokenCeiling | None = None,
 ) -> list[dict[str, Any]]:
     """The LLM-ready tool list for this user (OpenAI or Anthropic tool format)."""
     tools = visible_tools(user, session=session, site=site, ceiling=ceiling)

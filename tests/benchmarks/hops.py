@@ -1,5 +1,6 @@
 """How deep each door goes before a tool's handler runs: frames of the ``assistant`` package, and
-thread switches, from the entry (a websocket frame, a REST request, the CLI) down to the handler.
+thread switches, from the entry (a REST request, a websocket frame, the CLI, an MCP ``tools/call``,
+an AG-UI run) down to the handler, and which handler ran.
 
 Run: ``.venv/bin/python tests/benchmarks/hops.py`` (SQLite in a scratch file, the in-memory
 channel layer; no services). A profile hook follows every call in every thread; a context
@@ -19,6 +20,8 @@ import tempfile
 import threading
 from pathlib import Path
 from typing import Any
+
+from asgiref.sync import async_to_sync
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = str(ROOT / "assistant") + os.sep
@@ -132,6 +135,60 @@ def pending_cancel(user: Any) -> str:
     return str(outcome.pending_action.pk)
 
 
+async def asgi_post(path: str, body: dict[str, Any], headers: dict[str, str]) -> None:
+    """POST to the test project's ASGI application in process, as a remote client would."""
+    import httpx2
+
+    from tests.asgi import application
+
+    transport = httpx2.ASGITransport(app=application)
+    async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+        response = await http.post(path, json=body, headers=headers, timeout=30)
+    assert response.status_code == 200, response.text
+
+
+def mcp_call(secret: str) -> None:
+    """A stateless (2026-07-28) MCP ``tools/call`` of ``ping``."""
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {
+            "name": "ping",
+            "arguments": {},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+            },
+        },
+    }
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Authorization": f"Bearer {secret}",
+        "MCP-Protocol-Version": "2026-07-28",
+        "MCP-Method": "tools/call",
+        "MCP-Name": "ping",
+    }
+    async_to_sync(asgi_post)("/assistant/mcp/", body, headers)
+
+
+def agui_run(secret: str) -> None:
+    """An AG-UI ``RunAgentInput`` saying "ping", as ``@ag-ui/client``'s HttpAgent posts it."""
+    import uuid
+
+    body = {
+        "threadId": str(uuid.uuid4()),
+        "runId": str(uuid.uuid4()),
+        "state": {},
+        "messages": [{"id": str(uuid.uuid4()), "role": "user", "content": "ping"}],
+        "tools": [],
+        "context": [],
+        "forwardedProps": {},
+    }
+    headers = {"Accept": "text/event-stream", "Authorization": f"Bearer {secret}"}
+    async_to_sync(asgi_post)("/assistant/agui/", body, headers)
+
+
 async def websocket(user: Any, frame: dict[str, Any]) -> None:
     from channels.testing import WebsocketCommunicator
 
@@ -162,12 +219,12 @@ def run(name: str, entry: Any) -> None:
     if not seen:
         print(f"{name:<24} no handler ran")
         return
-    _operation, trail = seen[0]
+    operation, trail = seen[0]
     frames, switches = hops(trail)
     door = next((i for i, (link, _) in enumerate(trail) if link.startswith(DOORS)), len(trail))
     print(
         f"{name:<24} {frames + switches:>3} hops ({frames} frames, {switches} thread switches;"
-        f" {door} frames to the door)"
+        f" {door} frames to the door) -> handler {operation}"
     )
     for link, ident in trail:
         print(f"    {link}  [thread {ident % 10000}]")
@@ -177,9 +234,11 @@ def run(name: str, entry: Any) -> None:
 
 def main() -> None:
     user = setup()
-    from asgiref.sync import async_to_sync
     from django.core.management import call_command
     from django.test import Client
+    from rest_framework.authtoken.models import Token
+
+    from assistant.access import tokens
 
     client = Client()
     client.force_login(user)
@@ -219,6 +278,9 @@ def main() -> None:
         "CLI --confirm",
         lambda: call_command("assistant_call", "--confirm", action, "--user", "hops"),
     )
+    _, secret = tokens.issue(user, name="hops")
+    run("MCP tools/call", lambda: mcp_call(secret))
+    run("AG-UI run", lambda: agui_run(Token.objects.create(user=user).key))
 
 
 if __name__ == "__main__":
