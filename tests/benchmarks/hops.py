@@ -6,7 +6,7 @@ Run: ``.venv/bin/python tests/benchmarks/hops.py`` (SQLite in a scratch file, th
 channel layer; no services). A profile hook follows every call in every thread; a context
 variable carries the chain of ``assistant`` frames across tasks and thread hops (both copy the
 context), so the chain at the handler is the whole way down from the entry. It also reports any
-call back up into the transport (``consumers``) made from inside a turn.
+call back up into the transport (``surfaces.websocket``) made from inside a turn.
 """
 
 from __future__ import annotations
@@ -93,8 +93,8 @@ def profile(frame: Any, event: str, arg: Any) -> None:
         if not frame.f_code.co_filename.startswith(PACKAGE):
             return
         trail = trail_at(frame)
-        if label(frame).startswith("consumers:") and any(
-            name.startswith(("chat:", "turn:")) for name, _ in trail[:-1]
+        if label(frame).startswith("surfaces.websocket:") and any(
+            name.startswith(("turns.chat:", "turns.turn:")) for name, _ in trail[:-1]
         ):
             climbs.add(f"{trail[-2][0]} -> {trail[-1][0]}")
     elif event == "return" and frame.f_code.co_filename.startswith(PACKAGE):
