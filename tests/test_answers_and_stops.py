@@ -170,8 +170,8 @@ async def test_mcp_retry_after_a_stopped_approved_run_is_not_waiting_forever(
     import asyncio
 
     from assistant.access import tokens
+    from assistant.dispatch.calls import CallContext
     from assistant.dispatch.confirmation import aconfirm_action
-    from assistant.dispatch.door import CallContext
     from tests.mcp_clients import mcp_client
 
     settings.ASSISTANT = {**settings.ASSISTANT, "APPROVAL_POLICIES": {"slow": "confirm"}}

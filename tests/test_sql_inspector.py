@@ -22,8 +22,9 @@ from assistant import CancellationToken, register_toolset
 from assistant.checks import sql_role_warnings
 from assistant.core.lifecycle import ToolLifecycleState, ToolSession
 from assistant.core.registry import ToolRegistry
+from assistant.dispatch.calls import DispatchCancelled, Outcome
 from assistant.dispatch.confirmation import aconfirm_action
-from assistant.dispatch.door import DispatchCancelled, Outcome, adispatch
+from assistant.dispatch.door import adispatch
 from assistant.models import AuditEntry, Message, PendingAction
 from assistant.toolsets.sql import SQLInspector, _backend
 from assistant.turns.chat import answer_action, arun_turn, decision_turn, run_started_turn

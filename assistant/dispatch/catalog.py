@@ -17,7 +17,7 @@ from ..access.permissions import access_for, explain, required_permissions
 from ..access.tokens import Ceiling
 from ..core.lifecycle import ToolSession, process_session
 from ..core.registry import AssistantTool, ToolRegistry, registry
-from .door import failed_toolsets
+from .execution import failed_toolsets
 
 
 def visible_tools(

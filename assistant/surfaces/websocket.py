@@ -23,8 +23,8 @@ from ..access.permissions import access_for, refresh_access, reread_access, sess
 from ..conf import assistant_settings
 from ..core.compiled import rows_for
 from ..core.lifecycle import ToolSession, bind_process_session, new_session
+from ..dispatch.calls import CallContext
 from ..dispatch.confirmation import stop_job
-from ..dispatch.door import CallContext
 from ..exceptions import (
     AccountInactive,
     AssistantError,

@@ -28,7 +28,9 @@ from ..core.lifecycle import ToolSession, new_session
 from ..core.redaction import redact_text
 from ..core.registry import ToolRegistry, ToolResult, registry
 from ..core.storable import storable_text
+from ..dispatch.audit import write_audit
 from ..dispatch.bounds import within_deadline
+from ..dispatch.calls import CallContext, Decision, Outcome
 from ..dispatch.confirmation import (
     acancel_action,
     aconfirm_action,
@@ -36,7 +38,6 @@ from ..dispatch.confirmation import (
     recorded,
     withdraw_action,
 )
-from ..dispatch.door import CallContext, Decision, Outcome, write_audit
 from ..exceptions import (
     ActionNotFound,
     AssistantError,

@@ -16,8 +16,9 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...core.registry import registry
+from ...dispatch.calls import Outcome
 from ...dispatch.confirmation import cancel_action, confirm_action
-from ...dispatch.door import Outcome, dispatch
+from ...dispatch.door import dispatch
 from ...exceptions import AssistantError
 from ...models import AuditEntry
 from ...turns.chat import run_turn

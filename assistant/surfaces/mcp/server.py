@@ -52,9 +52,10 @@ from ...access.tokens import Bearer, aauthenticate_bearer, still_holds
 from ...conf import assistant_settings
 from ...core.cancellation import CancellationToken
 from ...core.registry import AssistantTool, RiskLevel, ToolRegistry, registry
+from ...dispatch.calls import CallContext, Decision, DispatchCancelled, Outcome
 from ...dispatch.catalog import visible_tools
 from ...dispatch.confirmation import acancel_action, aconfirm_action
-from ...dispatch.door import CallContext, Decision, DispatchCancelled, Outcome, adispatch
+from ...dispatch.door import adispatch
 from ...exceptions import AssistantError, DatabaseUnavailable, outage
 from ...models import Job, PendingAction
 from .sessions import CappedSessionManager
