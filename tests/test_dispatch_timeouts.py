@@ -15,7 +15,7 @@ from assistant.dispatch.calls import DispatchCancelled
 from assistant.dispatch.door import adispatch, dispatch
 from assistant.dispatch.execution import in_one_hop
 from assistant.models import AuditEntry
-from assistant.turns.chat import arun_turn
+from assistant.turns.runs import arun_turn
 from tests.sockets import WAIT
 
 

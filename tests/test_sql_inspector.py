@@ -27,7 +27,8 @@ from assistant.dispatch.confirmation import aconfirm_action
 from assistant.dispatch.door import adispatch
 from assistant.models import AuditEntry, Message, PendingAction
 from assistant.toolsets.sql import SQLInspector, _backend
-from assistant.turns.chat import answer_action, arun_turn, decision_turn, run_started_turn
+from assistant.turns.chat import answer_action, decision_turn
+from assistant.turns.runs import arun_turn, run_started_turn
 from tests.conftest import drop_role
 from tests.testapp import assistant_tools as testapp_tools
 from tests.testapp.models import Order

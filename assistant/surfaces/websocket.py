@@ -43,17 +43,10 @@ from ..models import Conversation, Message, PendingAction
 from ..stream import events
 from ..stream.broadcast import group_name
 from ..stream.eventlog import event_log
-from ..turns.chat import (
-    ActionAnswer,
-    Launch,
-    NewMessage,
-    Run,
-    check_message,
-    conversation_for,
-    launch,
-    still_signed_in,
-)
+from ..turns.chat import ActionAnswer, Launch, NewMessage, Run, launch, still_signed_in
+from ..turns.conversations import conversation_for
 from ..turns.lanes import keep, loop_state, request_stop
+from ..turns.messages import check_message
 from .throttling import throttled
 
 logger = logging.getLogger("assistant.consumers")

@@ -21,8 +21,8 @@ from ...dispatch.confirmation import cancel_action, confirm_action
 from ...dispatch.door import dispatch
 from ...exceptions import AssistantError
 from ...models import AuditEntry
-from ...turns.chat import run_turn
 from ...turns.planners.keywords import PAIR_RE, _parse, _unquote
+from ...turns.runs import run_turn
 
 
 class Command(BaseCommand):

@@ -23,11 +23,7 @@ from ...core.registry import registry
 from ...dispatch.catalog import get_catalog, visible_tools
 from ...dispatch.confirmation import cancel_action, confirm_action, record_action, stop_job
 from ...dispatch.door import dispatch
-from ...exceptions import (
-    CredentialLapsed,
-    SessionRequired,
-    UnknownTokenOperations,
-)
+from ...exceptions import CredentialLapsed, SessionRequired, UnknownTokenOperations
 from ...jobs import job_for
 from ...models import (
     AccessToken,
@@ -38,13 +34,13 @@ from ...models import (
     ValidationRun,
     ValidationTask,
 )
-from ...turns.chat import (
+from ...turns.conversations import (
     conversation_for,
     delete_conversations,
     rename_conversation,
-    run_turn,
     search_conversations,
 )
+from ...turns.runs import run_turn
 from ...validation import ValidationTaskService
 from ..drf.base import (
     OUTCOME_RESPONSES,
