@@ -30,8 +30,8 @@ from .exceptions import (
 from .signals import action_decided, tool_called, turn_finished
 
 if TYPE_CHECKING:
+    from .dispatch.calls import CallContext, Outcome
     from .dispatch.catalog import get_catalog, visible_tools
-    from .dispatch.door import CallContext, Outcome
 
 __version__ = "0.1.0"
 
@@ -67,8 +67,8 @@ __all__ = [
 # Names whose modules import the ORM models: loaded on first use, so that ``import assistant``
 # (from settings, before the app registry is ready) never imports a model.
 _LAZY = {
-    "CallContext": "assistant.dispatch.door",
-    "Outcome": "assistant.dispatch.door",
+    "CallContext": "assistant.dispatch.calls",
+    "Outcome": "assistant.dispatch.calls",
     "get_catalog": "assistant.dispatch.catalog",
     "visible_tools": "assistant.dispatch.catalog",
 }

@@ -25,7 +25,7 @@ from rest_framework.authtoken.models import Token
 
 from assistant.models import AuditEntry, Conversation, Message, PendingAction
 from assistant.surfaces import agui
-from assistant.turns.chat import thread_conversation
+from assistant.turns.conversations import thread_conversation
 from tests.openai_peer import USAGE, Reply, call, raw, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm

@@ -170,8 +170,8 @@ async def test_mcp_retry_after_a_stopped_approved_run_is_not_waiting_forever(
     import asyncio
 
     from assistant.access import tokens
+    from assistant.dispatch.calls import CallContext
     from assistant.dispatch.confirmation import aconfirm_action
-    from assistant.dispatch.door import CallContext
     from tests.mcp_clients import mcp_client
 
     settings.ASSISTANT = {**settings.ASSISTANT, "APPROVAL_POLICIES": {"slow": "confirm"}}
@@ -214,12 +214,13 @@ async def test_stdio_mcp_server_notices_a_revoked_permission(reader):
     from mcp import Client
 
     from assistant.access.tokens import Bearer
-    from assistant.surfaces.mcp import server as mcp
+    from assistant.surfaces.mcp.callers import Caller
+    from assistant.surfaces.mcp.server import build_server, stdio_lifespan
 
     User = type(reader)
     user = await User.objects.aget(username="reader")  # as the command loads it
-    caller = mcp.Caller(bearer=Bearer(user=user, kind="local", name="stdio"))
-    server = mcp.build_server(lifespan=mcp.stdio_lifespan(caller))
+    caller = Caller(bearer=Bearer(user=user, kind="local", name="stdio"))
+    server = build_server(lifespan=stdio_lifespan(caller))
     async with Client(server, mode="legacy") as client:
         first = await client.call_tool("list_orders", {})
         assert not first.is_error

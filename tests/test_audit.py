@@ -16,7 +16,7 @@ from assistant.dispatch.confirmation import confirm_action
 from assistant.dispatch.door import dispatch
 from assistant.models import AuditEntry, Conversation, Message, PendingAction
 from assistant.surfaces.drf.serializers import OutcomeSerializer, PendingActionSerializer
-from assistant.turns.chat import run_turn
+from assistant.turns.runs import run_turn
 
 pytestmark = pytest.mark.django_db
 

@@ -14,8 +14,10 @@ from assistant import ToolCall, ToolResult, assistant_tool
 from assistant.core.registry import ToolRegistry, registry
 from assistant.exceptions import ConversationNotFound, InvalidMessage, InvalidTitle
 from assistant.models import AuditEntry, Conversation, Message
-from assistant.turns.chat import check_title, run_started_turn, run_turn, start_turn
+from assistant.turns.conversations import check_title
+from assistant.turns.messages import start_turn
 from assistant.turns.planners.keywords import reply_text
+from assistant.turns.runs import run_started_turn, run_turn
 from assistant.turns.turn import TURN_FAILED, Turn, short_title
 from tests.testapp.models import Order
 

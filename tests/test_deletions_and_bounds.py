@@ -193,7 +193,8 @@ def test_two_first_runs_on_one_new_agui_thread_both_store_their_message(plain_us
     """Both runs read the thread before either stored it (``AgentView.post`` then the lane's
     ``_begin``): the second's message belongs in the conversation the first created, not a
     ``message_not_stored`` refusal (the database refused nothing the user sent)."""
-    from assistant.turns.chat import start_turn, thread_conversation
+    from assistant.turns.conversations import thread_conversation
+    from assistant.turns.messages import start_turn
 
     first = thread_conversation(plain_user, "thread-1")
     second = thread_conversation(plain_user, "thread-1")  # read before the first was stored

@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
 
-from assistant.dispatch.door import DispatchCancelled, adispatch, dispatch, in_one_hop
+from assistant.dispatch.calls import DispatchCancelled
+from assistant.dispatch.door import adispatch, dispatch
+from assistant.dispatch.execution import in_one_hop
 from assistant.models import AuditEntry
-from assistant.turns.chat import arun_turn
+from assistant.turns.runs import arun_turn
 from tests.sockets import WAIT
 
 

@@ -37,7 +37,7 @@ from assistant.dispatch.catalog import get_catalog, visible_tools
 from assistant.dispatch.door import adispatch, dispatch
 from assistant.exceptions import Cancelled, ToolDefinitionError
 from assistant.models import AuditEntry
-from assistant.turns.chat import arun_turn
+from assistant.turns.runs import arun_turn
 from tests.lifecycles import eventually
 from tests.lifecycles import log as log  # a fixture
 from tests.testapp import assistant_tools as testapp_tools

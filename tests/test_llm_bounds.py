@@ -22,8 +22,8 @@ from assistant.dispatch.door import dispatch
 from assistant.models import AuditEntry, Conversation
 from assistant.stream.broadcast import group_name
 from assistant.stream.eventlog import event_log
-from assistant.turns.chat import arun_turn, run_turn
 from assistant.turns.planners.llm import StreamedCalls
+from assistant.turns.runs import arun_turn, run_turn
 from tests.openai_peer import call, endless, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm
@@ -303,13 +303,15 @@ async def test_the_turn_deadline_holds_for_a_tool_that_runs_on(plain_user, setti
         await turn.say("Working ")
         await asyncio.sleep(30)
 
-    from assistant.turns import chat
+    from assistant.turns import messages, runs
 
     started = time.monotonic()
     async with asyncio.timeout(5):
-        conversation, message = await sync_to_async(chat.start_turn)(plain_user, "work", None, None)
+        conversation, message = await sync_to_async(messages.start_turn)(
+            plain_user, "work", None, None
+        )
         turn = Turn(user=plain_user, conversation=conversation, user_message=message, source="api")
-        result = await chat.run_started_turn(turn, forever)
+        result = await runs.run_started_turn(turn, forever)
 
     assert time.monotonic() - started < 2
     assert [f["code"] for f in of_type(result, "RUN_ERROR")] == ["turn_deadline"]

@@ -25,7 +25,7 @@ from assistant.core.cancellation import CancellationToken
 from assistant.models import AuditEntry, BudgetReservation, BudgetUsage, Conversation, Message
 from assistant.stream.broadcast import group_name
 from assistant.turns.budgets import estimate_prompt_tokens, estimate_tokens
-from assistant.turns.chat import arun_turn, run_turn
+from assistant.turns.runs import arun_turn, run_turn
 from tests.openai_peer import USAGE, Reply, call, error, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm

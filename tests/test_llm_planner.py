@@ -18,8 +18,8 @@ from assistant.core.registry import registry
 from assistant.dispatch.catalog import get_catalog, visible_tools
 from assistant.models import AuditEntry, Conversation, Job, PendingAction
 from assistant.stream.broadcast import group_name
-from assistant.turns.chat import arun_turn, run_turn
 from assistant.turns.planners.llm import FALLBACK_NOTICE, RESULT_LIMIT
+from assistant.turns.runs import arun_turn, run_turn
 from tests.openai_peer import call, closed_port_url, error, stall, text, tool_calls, trickle
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm

@@ -10,7 +10,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from assistant.models import AuditEntry
-from assistant.turns.chat import run_turn
+from assistant.turns.runs import run_turn
 from tests.openai_peer import call, raw, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm

@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 
 from assistant.checks import check_settings
 from assistant.models import AuditEntry, Message
-from assistant.turns.chat import run_turn
+from assistant.turns.runs import run_turn
 from tests.openai_peer import USAGE, call, raw, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm

@@ -14,7 +14,7 @@ from django.core.management import CommandError, call_command
 
 from assistant.access import tokens
 from assistant.models import AuditEntry
-from assistant.turns.chat import run_turn
+from assistant.turns.runs import run_turn
 from tests.clients import client_for, dispatch_call
 from tests.mcp_clients import MODES, mcp_client
 from tests.openai_peer import call, text, tool_calls

@@ -10,8 +10,8 @@ import pytest
 
 import assistant
 from assistant.core.registry import registry
+from assistant.dispatch.calls import CallContext
 from assistant.dispatch.catalog import get_catalog
-from assistant.dispatch.door import CallContext
 
 MOVED = {
     "assistant.registry": "assistant.core.registry",

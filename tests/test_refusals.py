@@ -19,9 +19,9 @@ from assistant.access.permissions import permission_name
 from assistant.dispatch.door import dispatch
 from assistant.jobs import completion_text, job_event
 from assistant.models import AuditEntry, Job
-from assistant.turns.chat import run_turn
 from assistant.turns.planners import Intent
 from assistant.turns.planners.keywords import plan
+from assistant.turns.runs import run_turn
 from tests.clients import API, client_for, dispatch_call
 from tests.openai_peer import call, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures

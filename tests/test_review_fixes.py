@@ -16,7 +16,7 @@ from assistant.dispatch.confirmation import confirm_action
 from assistant.dispatch.door import dispatch
 from assistant.exceptions import ToolDefinitionError
 from assistant.models import AuditEntry, Conversation, Message
-from assistant.turns.chat import run_turn
+from assistant.turns.runs import run_turn
 from tests.clients import API
 from tests.sockets import connect
 

@@ -23,7 +23,7 @@ from assistant.dispatch.door import dispatch
 from assistant.exceptions import ActionExpired
 from assistant.models import AuditEntry, Conversation, Job, Message, PendingAction
 from assistant.stream.eventlog import RedisEventLog, event_log
-from assistant.turns.chat import run_turn
+from assistant.turns.runs import run_turn
 from tests.clients import API, client_for
 from tests.conftest import REDIS_URL
 from tests.openai_peer import call, closed_port_url, text, tool_calls

@@ -17,7 +17,8 @@ from assistant.dispatch.confirmation import cancel_action, confirm_action
 from assistant.dispatch.door import dispatch
 from assistant.liveness import reap_interrupted_turns, reply_id
 from assistant.models import AuditEntry, Message, PendingAction, ServerProcess
-from assistant.turns.chat import run_turn, start_turn
+from assistant.turns.messages import start_turn
+from assistant.turns.runs import run_turn
 from tests.testapp.models import Order
 
 pytestmark = pytest.mark.django_db

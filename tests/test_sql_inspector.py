@@ -22,11 +22,13 @@ from assistant import CancellationToken, register_toolset
 from assistant.checks import sql_role_warnings
 from assistant.core.lifecycle import ToolLifecycleState, ToolSession
 from assistant.core.registry import ToolRegistry
+from assistant.dispatch.calls import DispatchCancelled, Outcome
 from assistant.dispatch.confirmation import aconfirm_action
-from assistant.dispatch.door import DispatchCancelled, Outcome, adispatch
+from assistant.dispatch.door import adispatch
 from assistant.models import AuditEntry, Message, PendingAction
 from assistant.toolsets.sql import SQLInspector, _backend
-from assistant.turns.chat import answer_action, arun_turn, decision_turn, run_started_turn
+from assistant.turns.chat import answer_action, decision_turn
+from assistant.turns.runs import arun_turn, run_started_turn
 from tests.conftest import drop_role
 from tests.testapp import assistant_tools as testapp_tools
 from tests.testapp.models import Order

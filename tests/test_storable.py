@@ -12,7 +12,7 @@ from assistant.core.storable import storable, storable_text, unstorable
 from assistant.dispatch.door import dispatch
 from assistant.exceptions import InvalidMessage
 from assistant.models import AuditEntry, Conversation, Job, Message, PendingAction
-from assistant.turns.chat import check_message
+from assistant.turns.messages import check_message
 from tests.testapp.assistant_tools import RECORDED
 
 API = "/assistant/api"

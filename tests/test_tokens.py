@@ -16,7 +16,7 @@ from assistant.dispatch.catalog import get_catalog, visible_tools
 from assistant.dispatch.door import dispatch
 from assistant.exceptions import AccountInactive, InvalidToken
 from assistant.models import AccessToken, AuditEntry, PendingAction
-from assistant.turns.chat import run_turn
+from assistant.turns.runs import run_turn
 from tests.clients import API, PUBLIC_TOOLS, client_for, dispatch_call, operations
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import text

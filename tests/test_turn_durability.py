@@ -19,7 +19,7 @@ from websockets.exceptions import ConnectionClosed
 
 from assistant.exceptions import TurnInProgress
 from assistant.models import AuditEntry, Message
-from assistant.turns.chat import start_turn
+from assistant.turns.messages import start_turn
 from tests.channel_layers import REDIS_CHANNEL_LAYERS, redis_channel_layer
 from tests.clients import API
 from tests.sockets import kind, receive, receive_until, send

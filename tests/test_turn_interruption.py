@@ -30,7 +30,7 @@ from assistant import liveness
 from assistant.checks import check_turn_liveness
 from assistant.liveness import areap_interrupted_turns, reap_interrupted_turns, reply_id
 from assistant.models import AuditEntry, Conversation, Message, PendingAction, ServerProcess
-from assistant.turns.chat import start_turn
+from assistant.turns.messages import start_turn
 from assistant.turns.turn import Turn
 from tests.clients import API
 from tests.conftest import REDIS_URL

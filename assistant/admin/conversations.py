@@ -17,7 +17,7 @@ from django.utils.html import format_html, format_html_join
 
 from ..models import BudgetUsage, Conversation, Message, PendingAction
 from ..turns.budgets import budget_for
-from ..turns.chat import delete_conversations
+from ..turns.conversations import delete_conversations
 from .base import ReadOnlyAdmin, badge, change_link, page_context
 
 

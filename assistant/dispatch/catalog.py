@@ -16,7 +16,7 @@ from ..access.approvals import policy_for
 from ..access.permissions import access_for, explain, required_permissions
 from ..core.lifecycle import ToolSession, process_session
 from ..core.registry import AssistantTool, TokenCeiling, ToolRegistry, registry
-from .door import failed_toolsets
+from .execution import failed_toolsets
 
 
 def visible_tools(

@@ -28,32 +28,11 @@ from ..exceptions import (
 )
 from ..jobs import cancel_job
 from ..models import Job, PendingAction
-from .door import (
-    Call,
-    CallContext,
-    Decision,
-    DispatchCancelled,
-    Outcome,
-    Step,
-    aaudited,
-    audited,
-    authorize,
-    authorize_instance,
-    came_to,
-    context_of,
-    decide,
-    in_one_hop,
-    look_up,
-    make_ready,
-    own_session,
-    release,
-    run_async,
-    run_sync,
-    runs_in_loop,
-    still_signed_in,
-    validate,
-    write_audit,
-)
+from .audit import aaudited, audited, write_audit
+from .calls import Call, CallContext, Decision, DispatchCancelled, Outcome, context_of
+from .door import came_to, decide, own_session
+from .execution import in_one_hop, make_ready, release, run_async, run_sync, runs_in_loop
+from .refusals import Step, authorize, authorize_instance, look_up, still_signed_in, validate
 
 
 def still_bound(call: Call) -> Outcome | None:

@@ -40,21 +40,15 @@ from ..core.cancellation import CancellationToken
 from ..exceptions import AssistantError, InterruptPending, InvalidRunInput
 from ..models import Conversation
 from ..stream import events
-from ..turns.chat import (
-    ActionAnswer,
-    Launch,
-    NewMessage,
-    Resumption,
-    Run,
-    ToolResults,
-    check_message,
-    launch,
+from ..turns.chat import ActionAnswer, Launch, NewMessage, Resumption, Run, ToolResults, launch
+from ..turns.conversations import (
     pending_client_calls,
     running_jobs,
     thread_conversation,
     waiting_actions,
 )
 from ..turns.lanes import loop_state
+from ..turns.messages import check_message
 from ..turns.turn import ClientResult, ClientTool
 from .drf.base import AssistantAPIView
 

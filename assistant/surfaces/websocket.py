@@ -23,8 +23,8 @@ from ..access.permissions import access_for, refresh_access, reread_access, sess
 from ..conf import assistant_settings
 from ..core.compiled import rows_for
 from ..core.lifecycle import ToolSession, bind_process_session, new_session
+from ..dispatch.calls import CallContext
 from ..dispatch.confirmation import stop_job
-from ..dispatch.door import CallContext
 from ..exceptions import (
     AccountInactive,
     AssistantError,
@@ -43,17 +43,10 @@ from ..models import Conversation, Message, PendingAction
 from ..stream import events
 from ..stream.broadcast import group_name
 from ..stream.eventlog import event_log
-from ..turns.chat import (
-    ActionAnswer,
-    Launch,
-    NewMessage,
-    Run,
-    check_message,
-    conversation_for,
-    launch,
-    still_signed_in,
-)
+from ..turns.chat import ActionAnswer, Launch, NewMessage, Run, launch, still_signed_in
+from ..turns.conversations import conversation_for
 from ..turns.lanes import keep, loop_state, request_stop
+from ..turns.messages import check_message
 from .throttling import throttled
 
 logger = logging.getLogger("assistant.consumers")

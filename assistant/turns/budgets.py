@@ -17,7 +17,8 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from ..conf import assistant_settings
-from ..dispatch.door import CallContext, Outcome, write_audit
+from ..dispatch.audit import write_audit
+from ..dispatch.calls import CallContext, Outcome
 from ..exceptions import BudgetExceeded
 from ..models import AuditEntry, BudgetReservation, BudgetUsage, Conversation, Message
 from .lanes import keep

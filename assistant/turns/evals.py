@@ -21,7 +21,8 @@ from django.contrib.auth.models import Group
 from django.db import transaction
 
 from ..core.registry import ToolRegistry, ToolResult, registry
-from ..dispatch.door import CallContext, Outcome, preview
+from ..dispatch.calls import CallContext, Outcome
+from ..dispatch.door import preview
 from ..exceptions import AssistantError, EvalError
 from ..models import AuditEntry, Conversation, Message
 from ..stream import events

@@ -31,15 +31,10 @@ from ..core.redaction import (
     unfinished_secret,
 )
 from ..core.registry import AssistantTool, ToolRegistry, registry
+from ..dispatch.audit import write_audit
 from ..dispatch.bounds import kept_instead, too_large
-from ..dispatch.door import (
-    CallContext,
-    Decision,
-    DispatchCancelled,
-    Outcome,
-    adispatch,
-    write_audit,
-)
+from ..dispatch.calls import CallContext, Decision, DispatchCancelled, Outcome
+from ..dispatch.door import adispatch
 from ..exceptions import AssistantError, CredentialLapsed, CutShort, ReplyNotStored
 from ..liveness import reply_id
 from ..models import Conversation, Message

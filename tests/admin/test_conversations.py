@@ -9,7 +9,7 @@ from django.test import Client
 
 from assistant.exceptions import ActionExpired
 from assistant.models import AuditEntry, Conversation, PendingAction
-from assistant.turns.chat import run_turn
+from assistant.turns.runs import run_turn
 from tests.admin.pages import (
     APPROVALS,
     AUDIT,

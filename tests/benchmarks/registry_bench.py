@@ -161,6 +161,7 @@ async def anoop(call: Any) -> Any:
 def bench_dispatch(audit: bool, calls: int) -> dict[str, float]:
     from django.contrib.auth.models import Permission, User
 
+    import assistant.dispatch.audit as audit_module
     import assistant.dispatch.door as dispatch_module
     from assistant.core.registry import ToolCall, ToolRegistry, assistant_tool
     from assistant.jobs import JobManager
@@ -181,13 +182,13 @@ def bench_dispatch(audit: bool, calls: int) -> dict[str, float]:
     tool = site.get("noop")
     call = ToolCall(tool=tool, entities={}, user=user, jobs=JobManager(user=user))
 
-    real_writer, real_aaudited = dispatch_module.write_audit, dispatch_module.aaudited
+    real_writer, real_aaudited = audit_module.write_audit, dispatch_module.aaudited
 
     async def no_audit(call: Any, outcome: Any) -> Any:
         return outcome
 
     if not audit:
-        dispatch_module.write_audit = lambda context, outcome, **kwargs: None  # type: ignore[assignment]
+        audit_module.write_audit = lambda context, outcome, **kwargs: None  # type: ignore[assignment]
         dispatch_module.aaudited = no_audit  # type: ignore[assignment]
     try:
         dispatch_module.dispatch("noop", user=user, site=site)  # loads the user's permissions
@@ -222,7 +223,7 @@ def bench_dispatch(audit: bool, calls: int) -> dict[str, float]:
         async_direct = min(asyncio.run(direct_async()) for _ in range(3))
         async_dispatch = min(asyncio.run(via_adispatch()) for _ in range(3))
     finally:
-        dispatch_module.write_audit, dispatch_module.aaudited = real_writer, real_aaudited
+        audit_module.write_audit, dispatch_module.aaudited = real_writer, real_aaudited
     return {
         "direct": direct_us,
         "sync": (sync_dispatch - sync_direct) / calls * 1e6,

@@ -82,7 +82,7 @@ def redis_calls() -> dict[str, int]:
 
 async def turns(user: Any, count: int, repeat: int) -> None:
     from assistant.core.lifecycle import new_session
-    from assistant.turns.chat import arun_turn
+    from assistant.turns.runs import arun_turn
 
     session = new_session()
     first = await arun_turn(user, "who am i", session=session)
@@ -136,7 +136,7 @@ async def count_queries(user: Any, conversation: Any, session: Any) -> int:
     from asgiref.sync import sync_to_async
     from django.db import connections
 
-    from assistant.turns.chat import arun_turn
+    from assistant.turns.runs import arun_turn
 
     seen: list[str] = []
 

@@ -16,12 +16,13 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...core.registry import registry
+from ...dispatch.calls import Outcome
 from ...dispatch.confirmation import cancel_action, confirm_action
-from ...dispatch.door import Outcome, dispatch
+from ...dispatch.door import dispatch
 from ...exceptions import AssistantError
 from ...models import AuditEntry
-from ...turns.chat import run_turn
 from ...turns.planners.keywords import PAIR_RE, _parse, _unquote
+from ...turns.runs import run_turn
 
 
 class Command(BaseCommand):

@@ -34,20 +34,11 @@ from rest_framework.views import APIView
 from ...access.credentials import Credential, of_bearer, of_session
 from ...access.permissions import session_user_is_inactive
 from ...access.tokens import Bearer, authenticate_bearer
-from ...dispatch.door import CallContext, Outcome
-from ...exceptions import (
-    AccountInactive,
-    AssistantError,
-    InvalidToken,
-    outage,
-)
+from ...dispatch.calls import CallContext, Outcome
+from ...exceptions import AccountInactive, AssistantError, InvalidToken, outage
 from ..throttling import AssistantThrottle
 from .parsers import BODY_PARSERS
-from .serializers import (
-    ErrorSerializer,
-    OutcomeErrorSerializer,
-    OutcomeSerializer,
-)
+from .serializers import ErrorSerializer, OutcomeErrorSerializer, OutcomeSerializer
 
 logger = logging.getLogger("assistant.api")
 

@@ -11,7 +11,7 @@ from rest_framework import serializers
 from rest_framework.utils import html
 
 from ...core.registry import RiskLevel
-from ...dispatch.door import Outcome
+from ...dispatch.calls import Outcome
 from ...models import (
     AccessToken,
     AuditEntry,

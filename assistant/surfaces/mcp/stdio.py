@@ -8,13 +8,14 @@ import anyio
 from mcp.server.stdio import stdio_server
 
 from ...access.tokens import Bearer
-from . import server as mcp
+from .callers import Caller
+from .server import build_server, stdio_lifespan
 
 
 def serve(user: Any) -> None:
     """Serve ``user``'s tools over stdin and stdout until the client closes them."""
-    caller = mcp.Caller(bearer=Bearer(user=user, kind="local", name="stdio"))
-    server = mcp.build_server(lifespan=mcp.stdio_lifespan(caller))
+    caller = Caller(bearer=Bearer(user=user, kind="local", name="stdio"))
+    server = build_server(lifespan=stdio_lifespan(caller))
 
     async def run() -> None:
         async with stdio_server() as (read, write):

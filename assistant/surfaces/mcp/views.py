@@ -13,9 +13,9 @@ from ...access import oauth
 
 @csrf_exempt  # bearer tokens only: the endpoint never reads a cookie, so there is nothing to forge
 async def mcp_endpoint(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
-    """MCP over Streamable HTTP (``server``), when the ``[mcp]`` extra is installed."""
+    """MCP over Streamable HTTP (``transport``), when the ``[mcp]`` extra is installed."""
     try:
-        from . import server as mcp
+        from .transport import serve
     except ImportError:
         return JsonResponse(
             {
@@ -25,7 +25,7 @@ async def mcp_endpoint(request: HttpRequest) -> HttpResponse | StreamingHttpResp
             },
             status=501,
         )
-    return await mcp.serve(request)
+    return await serve(request)
 
 
 def mcp_resource_metadata(request: HttpRequest) -> HttpResponse:

@@ -9,7 +9,7 @@ from rest_framework.response import Response
 
 from ...exceptions import NotFound
 from ..drf.base import BrowserSessionAuthentication
-from . import views
+from . import actions, audit, conversations, jobs, tokens, tools, validation
 
 
 @csrf_exempt  # it changes nothing: an unsafe method gets this JSON 404, not the HTML CSRF page
@@ -19,57 +19,57 @@ def not_found(request: HttpRequest, *args: object, **kwargs: object) -> JsonResp
 
 
 schema_patterns = [
-    path("tools/", views.ToolsView.as_view(), name="tools"),
-    path("messages/", views.MessagesView.as_view(), name="messages"),
-    path("dispatch/", views.DispatchView.as_view(), name="dispatch"),
-    path("actions/", views.ActionListView.as_view(), name="actions"),
+    path("tools/", tools.ToolsView.as_view(), name="tools"),
+    path("messages/", conversations.MessagesView.as_view(), name="messages"),
+    path("dispatch/", tools.DispatchView.as_view(), name="dispatch"),
+    path("actions/", actions.ActionListView.as_view(), name="actions"),
     path(
         "actions/<uuid:action_id>/confirm/",
-        views.ActionConfirmView.as_view(),
+        actions.ActionConfirmView.as_view(),
         name="action-confirm",
     ),
     path(
-        "actions/<uuid:action_id>/cancel/", views.ActionCancelView.as_view(), name="action-cancel"
+        "actions/<uuid:action_id>/cancel/", actions.ActionCancelView.as_view(), name="action-cancel"
     ),
-    path("conversations/", views.ConversationListView.as_view(), name="conversations"),
+    path("conversations/", conversations.ConversationListView.as_view(), name="conversations"),
     path(
         "conversations/<uuid:conversation_id>/",
-        views.ConversationDetailView.as_view(),
+        conversations.ConversationDetailView.as_view(),
         name="conversation",
     ),
     path(
         "admin/conversations/",
-        views.StaffConversationListView.as_view(),
+        conversations.StaffConversationListView.as_view(),
         name="staff-conversations",
     ),
     path(
         "admin/conversations/<uuid:conversation_id>/",
-        views.StaffConversationDetailView.as_view(),
+        conversations.StaffConversationDetailView.as_view(),
         name="staff-conversation",
     ),
     path(
         "admin/conversations/<uuid:conversation_id>/history/",
-        views.StaffConversationHistoryView.as_view(),
+        conversations.StaffConversationHistoryView.as_view(),
         name="staff-conversation-history",
     ),
-    path("admin/audit/", views.AuditListView.as_view(), name="audit"),
-    path("validation-tasks/", views.ValidationTaskListView.as_view(), name="validation-tasks"),
+    path("admin/audit/", audit.AuditListView.as_view(), name="audit"),
+    path("validation-tasks/", validation.ValidationTaskListView.as_view(), name="validation-tasks"),
     path(
         "validation-tasks/<int:task_id>/",
-        views.ValidationTaskDetailView.as_view(),
+        validation.ValidationTaskDetailView.as_view(),
         name="validation-task",
     ),
     path(
         "validation-tasks/<int:task_id>/run/",
-        views.ValidationTaskRunView.as_view(),
+        validation.ValidationTaskRunView.as_view(),
         name="validation-task-run",
     ),
-    path("validation-runs/", views.ValidationRunListView.as_view(), name="validation-runs"),
-    path("jobs/", views.JobListView.as_view(), name="jobs"),
-    path("jobs/<uuid:job_id>/", views.JobDetailView.as_view(), name="job"),
-    path("jobs/<uuid:job_id>/cancel/", views.JobCancelView.as_view(), name="job-cancel"),
-    path("tokens/", views.AccessTokenListView.as_view(), name="tokens"),
-    path("tokens/<int:token_id>/", views.AccessTokenDetailView.as_view(), name="token"),
+    path("validation-runs/", validation.ValidationRunListView.as_view(), name="validation-runs"),
+    path("jobs/", jobs.JobListView.as_view(), name="jobs"),
+    path("jobs/<uuid:job_id>/", jobs.JobDetailView.as_view(), name="job"),
+    path("jobs/<uuid:job_id>/cancel/", jobs.JobCancelView.as_view(), name="job-cancel"),
+    path("tokens/", tokens.AccessTokenListView.as_view(), name="tokens"),
+    path("tokens/<int:token_id>/", tokens.AccessTokenDetailView.as_view(), name="token"),
 ]
 
 

@@ -16,7 +16,7 @@ from ...core.registry import AssistantTool, ToolRegistry, registry
 from ...dispatch.catalog import visible_tools
 
 if TYPE_CHECKING:
-    from ...dispatch.door import Outcome
+    from ...dispatch.calls import Outcome
     from ..turn import Turn
 
 

@@ -17,8 +17,8 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from ...conf import assistant_settings
 from ...core.llm_client import shared_async_client
 from ...dispatch.bounds import PREVIEW_CHARS, summary
+from ...dispatch.calls import Outcome
 from ...dispatch.catalog import get_catalog
-from ...dispatch.door import Outcome
 from ...exceptions import LLMError, LLMUnavailable, ReplyTooLong
 from ...models import Message
 from ...stream import events

@@ -10,8 +10,9 @@ from asgiref.sync import sync_to_async
 
 from ...conf import assistant_settings
 from ...core.redaction import redact_text
+from ...dispatch.audit import write_audit
 from ...dispatch.bounds import preview
-from ...dispatch.door import Decision, Outcome, write_audit
+from ...dispatch.calls import Decision, Outcome
 from ...exceptions import ArgumentsTooLarge, AssistantError, TooManyToolCalls
 
 if TYPE_CHECKING:

@@ -1,0 +1,73 @@
+"""A tool that started a job: its call waits for the job, reporting progress, within bounds."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import mcp_types as types
+from asgiref.sync import sync_to_async
+from mcp.server.context import ServerRequestContext
+
+from ...access.tokens import still_holds
+from ...conf import assistant_settings
+from ...dispatch.calls import Outcome
+from ...models import Job
+from .callers import Caller
+from .results import result_of, text_result
+
+JOB_POLL_SECONDS = 0.25
+
+
+# -- tools/call: jobs -----------------------------------------------------------------------------
+
+
+async def awaited_job(
+    ctx: ServerRequestContext[Any, Any], caller: Caller, outcome: Outcome
+) -> types.CallToolResult:
+    """A call that started a job: progress while the request is open, then the job's result."""
+    assert outcome.result is not None and outcome.result.task_id is not None
+    progress_token = ctx.meta.get("progress_token") if ctx.meta else None
+    wait = assistant_settings.MCP_JOB_WAIT
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    reported: tuple[int, str] | None = None
+    query = Job.objects.visible_to(caller.user).filter(pk=outcome.result.task_id)
+    while True:
+        if not await sync_to_async(still_holds)(caller.bearer):
+            # revoked (or its user deactivated) while the call waited: the job goes on, but
+            # what it comes to is not this credential's to see any more
+            message = (
+                "This token stopped holding while the call waited (revoked, expired, or its "
+                "user deactivated); the job goes on."
+            )
+            return text_result(
+                f"{message} [token_revoked]",
+                data={"code": "token_revoked", "message": message},
+                error=True,
+            )
+        job = await sync_to_async(query.first)()
+        if job is None:
+            return result_of(outcome)
+        if progress_token is not None and (job.progress, job.progress_message) != reported:
+            reported = (job.progress, job.progress_message)
+            await ctx.session.send_progress_notification(
+                progress_token,
+                float(job.progress),
+                100.0,
+                job.progress_message or None,
+                related_request_id=str(ctx.request_id),
+            )
+        if job.is_finished:
+            data = {"task_id": str(job.pk), "status": job.status, "data": job.result_data}
+            if job.status == Job.Status.SUCCEEDED:
+                return text_result(job.result or f"{job.operation} succeeded.", data=data)
+            text = job.error or f"{job.operation} {job.status}."
+            return text_result(f"{text} [{job.status}]", data=data, error=True)
+        if loop.time() >= deadline:
+            return text_result(
+                f"{outcome.result.text}\nStill running: ask get_task_status with task_id "
+                f"{job.pk} for its progress and result.",
+                data={"task_id": str(job.pk), "status": job.status, "progress": job.progress},
+            )
+        await asyncio.sleep(JOB_POLL_SECONDS)
