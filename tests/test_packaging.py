@@ -67,16 +67,16 @@ def test_django_is_bounded_and_each_extra_pulls_what_it_names(
     assert extras["oauth"] == {"django-oauth-toolkit"}
 
 
-def test_every_app_the_readme_installs_comes_with_the_wheel_or_django(
+def test_every_app_the_tutorial_installs_comes_with_the_wheel_or_django(
     metadata: email.message.Message,
 ) -> None:
     # The wheel is tested against this suite's environment (which has everything), so what a
     # fresh `pip install` would lack is found here, from the declared requirements.
     from importlib.metadata import packages_distributions
 
-    from tests.test_startproject import readme_block
+    from tests.test_startproject import tutorial_block
 
-    apps = re.findall(r'^\s*"([\w.]+)",', readme_block("settings"), re.MULTILINE)
+    apps = re.findall(r'^\s*"([\w.]+)",', tutorial_block("settings"), re.MULTILINE)
     declared = {re.split(r"[<>=\[ ;]", r)[0].lower() for r in metadata.get_all("Requires-Dist")}
     wanted = {"django", "django-ops-assistant", *declared}
     providers = packages_distributions()

@@ -171,5 +171,5 @@ async def test_the_capabilities_leave_out_a_broken_toolsets_tools(
     (outcome,) = outcomes(await ask(socket, "what can you do"))
 
     assert outcome["operation"] == "show_capabilities"
-    assert "probe_state" in outcome["text"]
-    assert "broken_tool" not in outcome["text"]
+    assert "Probe state" in outcome["text"]  # (named by its title)
+    assert "Broken tool" not in outcome["text"]
