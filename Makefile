@@ -17,17 +17,22 @@ PYTHON ?= $(shell \
 
 .PHONY: demo test lint typecheck pytest docs bench clean
 
-$(BIN)/.installed: requirements.txt requirements-docs.txt pyproject.toml
+# The runtime alone (what `make demo` needs), then the development tools on top (`make test`).
+$(BIN)/.runtime: requirements.txt pyproject.toml
 	@if [ -z "$(PYTHON)" ]; then \
-		echo "error: django-assistant needs Python 3.13 or 3.12, and neither python3.13, python3.12 nor pyenv's versions/3.1[23]* runs here." >&2; \
+		echo "error: django-ops-assistant needs Python 3.13 or 3.12, and neither python3.13, python3.12 nor pyenv's versions/3.1[23]* runs here." >&2; \
 		echo "Install one (e.g. 'pyenv install 3.13') or run: make PYTHON=/path/to/python3.13 ..." >&2; \
 		exit 1; \
 	fi
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt -r requirements-docs.txt
+	[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	touch $@
 
-demo: $(BIN)/.installed
+$(BIN)/.installed: $(BIN)/.runtime requirements-dev.txt requirements-docs.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt -r requirements-docs.txt
+	touch $@
+
+demo: $(BIN)/.runtime
 	$(BIN)/python manage.py migrate --noinput -v 0
 	$(BIN)/python manage.py demo_users
 	$(BIN)/python manage.py demo_dashboards

@@ -6,7 +6,8 @@ SQLite (unless DATABASE_URL is set, as for `make test`), `tests_postgres` on Pos
 Redis (DATABASE_URL and REDIS_URL, or the local defaults) with a missing service an error,
 `app` the app's suite alone (the version matrix in CI), `package` builds the sdist and wheel
 and checks them with twine.
-A session installs requirements.txt with only its Django version (and what that needs) swapped.
+A session installs requirements.txt and requirements-dev.txt with only its Django version (and
+what that needs) swapped.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import nox
 
 nox.options.default_venv_backend = "venv"
 nox.options.sessions = ["tests", "tests_postgres", "package"]
-# an existing session venv is kept; `pip install -r requirements.txt` still brings it up to date
+# an existing session venv is kept; `pip install -r` of the pins still brings it up to date
 nox.options.reuse_venv = "yes"
 
 PYTHONS = ["3.12", "3.13"]
@@ -38,7 +39,7 @@ EXAMPLE_SUITE = ["--ds", "tests.example.settings", "tests/example"]
 
 
 def install(session: nox.Session, django: str) -> None:
-    """requirements.txt with this session's Django pins in place of its own, in one resolve.
+    """The runtime and development pins with this session's Django pins in place, in one resolve.
 
     One pip call, so a reused virtualenv that already holds exactly this is left alone.
     """
@@ -46,8 +47,10 @@ def install(session: nox.Session, django: str) -> None:
     replaced = {re.split(r"[=<>\[ ]", pin)[0].lower() for pin in pins}
     lines = [
         line
-        for line in Path("requirements.txt").read_text().splitlines()
-        if re.split(r"[=<>\[ ]", line.strip())[0].lower() not in replaced
+        for name in ("requirements.txt", "requirements-dev.txt")
+        for line in Path(name).read_text().splitlines()
+        if not line.startswith("-r ")
+        and re.split(r"[=<>\[ ]", line.strip())[0].lower() not in replaced
     ]
     requirements = Path(session.create_tmp()) / "requirements.txt"
     requirements.write_text("\n".join([*lines, *pins]) + "\n")

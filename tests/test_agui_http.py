@@ -14,6 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import requests
 from ag_ui.core import BaseEvent, Event, EventType, RunAgentInput
@@ -24,6 +25,7 @@ from pydantic import TypeAdapter
 from rest_framework.authtoken.models import Token
 
 from assistant.models import AuditEntry, Conversation, Message, PendingAction
+from assistant.stream.events import confirmation_interrupt
 from assistant.surfaces import agui
 from assistant.turns.conversations import thread_conversation
 from tests.openai_peer import USAGE, Reply, call, raw, text, tool_calls
@@ -415,6 +417,45 @@ def resume(asked: dict[str, Any], interrupt_id: str, status: str = "resolved", *
         messages=asked["messages"],
         resume=[{"interruptId": interrupt_id, "status": status, "payload": payload or None}],
     )
+
+
+@pytest.mark.parametrize(
+    ("opened", "answers_taken", "answers_refused"),
+    [
+        (
+            {"confirm_phrase": "ORD-1"},
+            [{"approved": True, "phrase": "ORD-1"}, {"approved": False}],
+            [{"approved": True}],
+        ),
+        (
+            {"policy": "confirm_with_reason"},
+            [{"approved": True, "reason": "month end"}, {"approved": False}],
+            [{"approved": True}],
+        ),
+    ],
+)
+@pytest.mark.django_db
+def test_an_interrupts_schema_asks_for_what_approving_takes(
+    clerk, opened, answers_taken, answers_refused
+):
+    """A generic client learns from the schema that approving needs the phrase (or a reason):
+    `{approved: true}` alone, which the server refuses with phrase_mismatch, fails the schema."""
+    order = Order.objects.create(reference="ORD-1")
+    action = PendingAction.open(
+        user=clerk,
+        operation="approve_order",
+        entities={"order_id": order.pk},
+        ttl_seconds=600,
+        **opened,
+    )
+
+    schema = confirmation_interrupt(action, None, {}).response_schema
+
+    for answer in answers_taken:
+        jsonschema.validate(answer, schema)
+    for answer in answers_refused:
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(answer, schema)
 
 
 @pytest.mark.django_db(transaction=True)

@@ -116,6 +116,29 @@ APPROVAL_SCHEMA = {
 }
 
 
+def approval_schema(shown: dict[str, Any]) -> dict[str, Any]:
+    """What answering this pending action takes, as JSON Schema a generic client can follow:
+    ``approved``, plus the phrase its card asks to be typed or the reason its policy asks for,
+    both needed only to approve (rejecting needs nothing more)."""
+    needed = {}
+    if shown["confirm_phrase"]:
+        needed["phrase"] = {
+            "type": "string",
+            "description": f"Type {shown['confirm_phrase']!r} to confirm (case does not matter).",
+        }
+    if shown["policy"] == "confirm_with_reason":
+        needed["reason"] = {"type": "string", "description": "Why you approve: required."}
+    if not needed:
+        return APPROVAL_SCHEMA
+    return {
+        "type": "object",
+        "properties": {**APPROVAL_SCHEMA["properties"], **needed},
+        "required": ["approved"],
+        "if": {"properties": {"approved": {"const": True}}},
+        "then": {"required": list(needed)},
+    }
+
+
 def confirmation_interrupt(
     action: Any, tool_call_id: str | None, entities: dict[str, Any]
 ) -> Interrupt:
@@ -126,7 +149,7 @@ def confirmation_interrupt(
         reason="confirmation_required",
         message=shown["summary"],
         tool_call_id=tool_call_id,
-        response_schema=APPROVAL_SCHEMA,
+        response_schema=approval_schema(shown),
         expires_at=shown["expires_at"],
         # the approval card's facts (shown()), with the entities as the call's record shows them
         metadata={
