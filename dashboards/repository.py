@@ -78,7 +78,7 @@ def require_repository() -> None:
 
 def identity(user: Any) -> dict[str, str]:
     """Author and committer: the user the assistant acts for (the seed when there is none)."""
-    name = user.get_username() if user is not None else "django-assistant"
+    name = user.get_username() if user is not None else "django-ops-assistant"
     email = getattr(user, "email", "") or f"{name}@dashboards.invalid"
     return {
         "GIT_AUTHOR_NAME": name,
