@@ -34,6 +34,8 @@ async def awaited_job(
     reported: tuple[int, str] | None = None
     query = Job.objects.visible_to(caller.user).filter(pk=outcome.result.task_id)
     while True:
+        job = await sync_to_async(query.first)()
+        # the credential is asked after the job is read: what it shows was read while it held
         if not await sync_to_async(still_holds)(caller.bearer):
             # revoked (or its user deactivated) while the call waited: the job goes on, but
             # what it comes to is not this credential's to see any more
@@ -46,7 +48,6 @@ async def awaited_job(
                 data={"code": "token_revoked", "message": message},
                 error=True,
             )
-        job = await sync_to_async(query.first)()
         if job is None:
             return result_of(outcome)
         if progress_token is not None and (job.progress, job.progress_message) != reported:
