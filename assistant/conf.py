@@ -442,6 +442,28 @@ SETTINGS: dict[str, Setting] = {
         example="{'TOKENS_PER_DAY': 200_000, 'GROUPS': {'operators': {'TOKENS_PER_DAY': None}}}",
         doc="limits on what the language model may spend per user; a group can override them",
     ),
+    "TELEMETRY": Setting(
+        default=None,
+        accepts=lambda value: value is None or isinstance(value, bool),
+        expected="None, True or False",
+        example="True",
+        doc="OpenTelemetry traces and metrics (the [otel] extra); None: on when an "
+        "OTEL_EXPORTER_OTLP_ENDPOINT is set in the environment",
+    ),
+    "TELEMETRY_RESULTS": Setting(
+        default=False,
+        accepts=_is_bool,
+        expected="True or False",
+        example="True",
+        doc="put a tool's result text (redacted) on its execute_tool span",
+    ),
+    "TELEMETRY_AGENT_NAME": Setting(
+        default="assistant",
+        accepts=lambda value: isinstance(value, str) and bool(value.strip()),
+        expected="a non-empty string",
+        example="'ops-assistant'",
+        doc="the agent's name on its invoke_agent spans (gen_ai.agent.name)",
+    ),
     "LLM": Setting(
         default={},
         accepts=_is_dict,
