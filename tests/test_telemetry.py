@@ -27,6 +27,7 @@ from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm
 from tests.otlp_receiver import Receiver
 from tests.otlp_receiver import otlp_receiver as otlp_receiver  # the fixture
+from tests.test_mcp_fuzz import MODERN, envelope
 
 SECRET = "hunter2-correct-horse-battery"
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -65,6 +66,18 @@ def traced(
 @pytest.fixture
 def keeper(make_user: Any) -> Any:
     return make_user("keeper", "assistant.vault_write")
+
+
+def post_message(user: Any, message: str, traceparent: str = TRACEPARENT) -> Any:
+    """A REST turn, sent by a caller whose trace is ``traceparent``."""
+    client = APIClient()
+    client.force_authenticate(user)
+    return client.post(
+        "/assistant/api/messages/",
+        {"message": message},
+        format="json",
+        headers={"traceparent": traceparent},
+    )
 
 
 def children_of(receiver: Receiver, parent: dict[str, Any]) -> list[str]:
@@ -244,15 +257,8 @@ def test_a_confirmed_action_is_traced_without_its_sealed_secret(traced, use_llm,
 
 def test_a_rest_turn_continues_the_callers_traceparent(traced, use_llm, plain_user):
     use_llm().script(text("Hi."))
-    client = APIClient()
-    client.force_authenticate(plain_user)
 
-    created = client.post(
-        "/assistant/api/messages/",
-        {"message": "hello"},
-        format="json",
-        headers={"traceparent": TRACEPARENT},
-    )
+    created = post_message(plain_user, "hello")
 
     assert created.status_code == 201
     agent = traced().one("invoke_agent assistant")
@@ -261,15 +267,8 @@ def test_a_rest_turn_continues_the_callers_traceparent(traced, use_llm, plain_us
 
 def test_a_malformed_traceparent_starts_a_trace_of_its_own(traced, use_llm, plain_user):
     use_llm().script(text("Hi."))
-    client = APIClient()
-    client.force_authenticate(plain_user)
 
-    created = client.post(
-        "/assistant/api/messages/",
-        {"message": "hello"},
-        format="json",
-        headers={"traceparent": "00-not-a-trace-01"},
-    )
+    created = post_message(plain_user, "hello", traceparent="00-not-a-trace-01")
 
     assert created.status_code == 201
     agent = traced().one("invoke_agent assistant")
@@ -307,27 +306,9 @@ async def test_an_mcp_call_is_a_server_span_with_its_tool_span_inside(traced, ma
 
     reader = await sync_to_async(make_user)("reader", "testapp.view_order")
     secret = (await sync_to_async(tokens.issue)(reader, name="tracing"))[1]
-    body = {
-        "jsonrpc": "2.0",
-        "id": 7,
-        "method": "tools/call",
-        "params": {
-            "name": "ping",
-            "arguments": {},
-            "_meta": {
-                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientCapabilities": {},
-            },
-        },
-    }
-    headers = {
-        "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": "2026-07-28",
-        "MCP-Method": "tools/call",
-        "MCP-Name": "ping",
-        "Authorization": f"Bearer {secret}",
-        "traceparent": TRACEPARENT,
-    }
+    body = envelope("tools/call", {"name": "ping", "arguments": {}})
+    headers = {**MODERN, "MCP-Method": "tools/call", "MCP-Name": "ping"}
+    headers |= {"Authorization": f"Bearer {secret}", "traceparent": TRACEPARENT}
 
     response = await AsyncClient().post(
         "/assistant/mcp/", json.dumps(body), content_type="application/json", headers=headers
@@ -532,14 +513,7 @@ def test_a_traced_turn_drawn_as_a_waterfall_shows_every_span_and_no_secret(
         text("Pinged, and the secret is stored."),
     )
     run_turn(keeper, "hello")
-    client = APIClient()
-    client.force_authenticate(keeper)
-    created = client.post(
-        "/assistant/api/messages/",
-        {"message": "ping, then store the db secret"},
-        format="json",
-        headers={"traceparent": TRACEPARENT},
-    )
+    created = post_message(keeper, "ping, then store the db secret")
     assert created.status_code == 201
     spans = [span for span in traced().spans if span["trace_id"] == CALLER_TRACE]
     page_file = tmp_path / "trace.html"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -48,6 +49,7 @@ NO_SPAN = NoSpan()
 _OFF: contextlib.nullcontext[NoSpan] = contextlib.nullcontext(NO_SPAN)
 _UNSET: Any = object()
 _active: Telemetry | None = _UNSET
+_starting = threading.Lock()  # two first turns at once (two lanes) set up one telemetry
 
 
 def installed() -> bool:
@@ -73,22 +75,31 @@ def wanted() -> bool:
 
 def active() -> Telemetry | None:
     """The process's telemetry, set up on first use; None when off (the common case: cached)."""
-    global _active
     if _active is _UNSET:
-        _active = None
+        _start()
+    return _active
+
+
+def _start() -> None:
+    global _active
+    with _starting:
+        if _active is not _UNSET:
+            return
+        started = None
         if wanted() and installed():
             from ._otel import Telemetry
 
-            _active = Telemetry.start()
-    return _active
+            started = Telemetry.start()
+        _active = started
 
 
 def reset() -> None:
     """Forget the telemetry (settings changed; a test's fresh start): flushed and shut down."""
     global _active
-    if _active is not _UNSET and _active is not None:
-        _active.shutdown()
-    _active = _UNSET
+    with _starting:
+        if _active is not _UNSET and _active is not None:
+            _active.shutdown()
+        _active = _UNSET
 
 
 @receiver(setting_changed)
