@@ -13,6 +13,7 @@ from django.core.checks import CheckMessage, Error, Warning, register
 from django.core.handlers.asgi import ASGIHandler
 from django.db import DatabaseError
 
+from . import telemetry
 from .access.approvals import RISK_LEVELS, Policy, configured, configured_for
 from .access.oauth import SCOPES
 from .access.permissions import permission_for
@@ -573,6 +574,22 @@ def check_planner(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
             )
         )
     return errors
+
+
+@register("assistant")
+def check_telemetry(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """assistant.W020: telemetry is asked for (the setting or an OTLP endpoint) but not installed."""
+    if not telemetry.wanted() or telemetry.installed():
+        return []
+    return [
+        Warning(
+            "Telemetry is asked for (ASSISTANT['TELEMETRY'] or OTEL_EXPORTER_OTLP_ENDPOINT), but "
+            "the OpenTelemetry SDK or its OTLP/HTTP exporter is not installed: nothing is traced.",
+            hint="Install the [otel] extra (pip install 'django-ops-assistant[otel]'), or set "
+            "ASSISTANT['TELEMETRY'] = False.",
+            id="assistant.W020",
+        )
+    ]
 
 
 @register("assistant")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from asgiref.sync import sync_to_async
 from django.db import IntegrityError, transaction
 
-from .. import signals
+from .. import signals, telemetry
 from ..core.storable import storable, storable_text
 from ..models import AuditEntry, Conversation
 from .calls import Call, CallContext, Outcome
@@ -65,9 +65,11 @@ def _conversation_gone(conversation: Conversation | None) -> bool:
 def audited(call: Call, outcome: Outcome) -> Outcome:
     """The outcome, once its audit entry is written."""
     outcome.audit_id = write_audit(call.context, outcome)
+    telemetry.tool_called(call, outcome)
     return outcome
 
 
 async def aaudited(call: Call, outcome: Outcome) -> Outcome:
     outcome.audit_id = await sync_to_async(write_audit)(call.context, outcome)
+    telemetry.tool_called(call, outcome)
     return outcome

@@ -33,6 +33,7 @@ from django.http import StreamingHttpResponse
 from pydantic import TypeAdapter, ValidationError
 from rest_framework.request import Request
 
+from .. import telemetry
 from ..access.credentials import Credential
 from ..access.tokens import Ceiling
 from ..conf import assistant_settings
@@ -108,6 +109,8 @@ class AgentView(AssistantAPIView):
             ceiling=context.ceiling,
             client=context.client,
             credential=self.credential(),
+            trace_carrier=telemetry.carrier_of(request.headers),
+            path=request.path,
         )
         response = StreamingHttpResponse(stream.events(), content_type=encoder.get_content_type())
         response["Cache-Control"] = "no-cache"
@@ -257,9 +260,13 @@ class SSERun:
         ceiling: Ceiling | None = None,
         client: str = "",
         credential: Credential | None = None,
+        trace_carrier: dict[str, str] | None = None,
+        path: str = "",
     ) -> None:
         self.user = user
         self.credential = credential
+        self.trace_carrier = trace_carrier
+        self.path = path
         self.ceiling = ceiling
         self.client = client
         self.wanted = wanted
@@ -273,6 +280,17 @@ class SSERun:
         self.echoed: set[str] = set()  # the user's own message: the client has it already
 
     async def events(self) -> AsyncIterator[str]:
+        """The run's events, under its SERVER span (the caller's child, the turn's parent)."""
+        attributes = {"http.request.method": "POST", "url.path": self.path}
+        attributes["gen_ai.conversation.id"] = self.thread_id
+        span_name = f"POST {self.path}".strip()
+        with telemetry.server_span(
+            span_name, self.trace_carrier, attributes, current=False
+        ) as span:
+            async for data in self.streamed(span):
+                yield data
+
+    async def streamed(self, span: telemetry.Span) -> AsyncIterator[str]:
         if self.refusal is not None:
             for data in self.refused(self.refusal):
                 yield data
@@ -281,20 +299,21 @@ class SSERun:
             await loop_state().control.start()  # a Stop from a chat tab reaches this run too
         except Exception:
             logger.exception("Joining the control group failed; only a disconnect stops this run")
-        launched = launch(
-            self.user,
-            self.wanted,
-            source="agui",
-            request_ip=self.request_ip,
-            run=Run(
-                run_id=self.run_id,
-                cancel=self.cancel,
-                listener=self.frames.put_nowait,
-                ceiling=self.ceiling,
-                client=self.client,
-                credential=self.credential,
-            ),
-        )
+        with telemetry.within(span):
+            launched = launch(
+                self.user,
+                self.wanted,
+                source="agui",
+                request_ip=self.request_ip,
+                run=Run(
+                    run_id=self.run_id,
+                    cancel=self.cancel,
+                    listener=self.frames.put_nowait,
+                    ceiling=self.ceiling,
+                    client=self.client,
+                    credential=self.credential,
+                ),
+            )
         try:
             try:
                 conversation = await self.started(launched)

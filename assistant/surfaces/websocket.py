@@ -18,6 +18,7 @@ from channels.utils import await_many_dispatch
 from django.db.models import Count
 from django.utils.functional import LazyObject, empty
 
+from .. import telemetry
 from ..access.credentials import Credential, of_session
 from ..access.permissions import access_for, refresh_access, reread_access, session_user_is_inactive
 from ..conf import assistant_settings
@@ -137,6 +138,8 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         self.in_flight = 0  # bytes handed to the server whose send has not returned yet
         self.too_slow = False
         self.bursts = BURSTS in self.scope.get("subprotocols", ())
+        # the handshake's traceparent: every turn this socket starts continues that trace
+        self.trace_carrier = telemetry.carrier_of(self.scope.get("headers"))
         await self.accept(subprotocol=BURSTS if self.bursts else None)
         self.connected = True
         if await self.deactivated():
@@ -411,14 +414,15 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         """
         throttle = _throttle if assistant_settings.THROTTLE_RATE is not None else None
         run = Run(admit=throttle, credential=self.credential, undelivered=self.undelivered)
-        launched = launch(
-            self.user,
-            request,
-            source="websocket",
-            request_ip=self.client_ip(),
-            session=self.tools,
-            run=run,
-        )
+        with telemetry.incoming(self.trace_carrier):
+            launched = launch(
+                self.user,
+                request,
+                source="websocket",
+                request_ip=self.client_ip(),
+                session=self.tools,
+                run=run,
+            )
         launched.when_stored(functools.partial(self.joined, launched))
 
     def joined(self, launched: Launch, conversation: Conversation | None) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 
-from .. import liveness
+from .. import liveness, telemetry
 from ..access.credentials import Credential
 from ..access.credentials import watch as watch_credential
 from ..access.permissions import refresh_access
@@ -40,7 +40,17 @@ async def run_started_turn(
     """Run ``work`` (by default the planner's) as one AG-UI run; whatever happens, the run ends
     stored and announced. The planner is chosen inside the run: one that cannot load ends it as
     RUN_ERROR. With ``slot`` the work waits for one of the process's turn slots (the run has
-    started and says it is queued meanwhile)."""
+    started and says it is queued meanwhile). Traced as the turn's ``invoke_agent`` span."""
+    with telemetry.turn_span(turn) as span:
+        result = await _run(turn, work, slot)
+        status = result.assistant_message.status
+        span.set("assistant.turn.status", status)
+        if status == Message.Status.FAILED:
+            span.fail(result.error.code if result.error is not None else "turn_failed")
+        return result
+
+
+async def _run(turn: Turn, work: Work | None, slot: bool) -> TurnResult:
     loop = asyncio.get_running_loop()
     refresh_access(turn.user)  # a long-lived user object reloads what may have changed
     control = loop_state().control

@@ -331,6 +331,11 @@ class Turn:
         if usage is not None:
             self._step_usage = usage
 
+    @property
+    def step_usage(self) -> dict[str, int] | None:
+        """The running model call's reported usage, until ``end_step`` adds it to the turn's."""
+        return self._step_usage
+
     def end_step(self) -> None:
         """Add the finished model call's usage to the turn's."""
         if self._step_usage is not None:
@@ -420,7 +425,8 @@ class Turn:
             await self.announce_call(tool_call_id, operation, json.dumps(shown))
         then = None if reply is None else functools.partial(self._store_ahead, tool_call_id, reply)
         try:
-            outcome = await adispatch(operation, entities, context=self.step_context(), then=then)
+            context = self.step_context().but(call_id=tool_call_id)
+            outcome = await adispatch(operation, entities, context=context, then=then)
         except DispatchCancelled as stopped:
             await asyncio.shield(self.record(stopped.outcome, tool_call_id))
             raise

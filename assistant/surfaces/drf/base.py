@@ -31,6 +31,7 @@ from rest_framework.response import Response
 from rest_framework.serializers import BaseSerializer
 from rest_framework.views import APIView
 
+from ... import telemetry
 from ...access.credentials import Credential, of_bearer, of_session
 from ...access.permissions import session_user_is_inactive
 from ...access.tokens import Bearer, authenticate_bearer
@@ -255,6 +256,11 @@ class AssistantAPIView(APIView):
 
     def get_exception_handler(self) -> Any:
         return exception_handler
+
+    def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        """The view, continuing its caller's trace (a ``traceparent`` header) when traced."""
+        with telemetry.incoming(telemetry.carrier_of(request.headers)):
+            return super().dispatch(request, *args, **kwargs)
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)

@@ -26,7 +26,7 @@ from asgiref.sync import sync_to_async
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 
-from ... import __version__
+from ... import __version__, telemetry
 from ...access.approvals import policy_for
 from ...core.cancellation import CancellationToken
 from ...core.registry import AssistantTool, RiskLevel, ToolRegistry, registry
@@ -113,6 +113,16 @@ def build_server(*, site: ToolRegistry = registry, lifespan: Any = None) -> Serv
         )
 
     async def call_tool(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        scope = getattr(ctx.request, "scope", None)
+        carrier = telemetry.carrier_of(scope.get("headers") if isinstance(scope, dict) else None)
+        attributes = {"mcp.method.name": "tools/call", "gen_ai.tool.name": params.name}
+        attributes["gen_ai.operation.name"] = "execute_tool"
+        with telemetry.server_span(f"tools/call {params.name}", carrier, attributes):
+            return await answered_call(ctx, params)
+
+    async def answered_call(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
         try:

@@ -14,6 +14,7 @@ import openai
 from asgiref.sync import sync_to_async
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
+from ... import telemetry
 from ...conf import assistant_settings
 from ...core.llm_client import shared_async_client
 from ...dispatch.bounds import PREVIEW_CHARS, summary
@@ -239,20 +240,22 @@ class LLMPlanner:
         )
         budget = await areserve_call(turn, messages, tools)  # refused: BudgetExceeded
         turn.publisher.flush()  # (RUN_STARTED and the rest need not wait for the model's words)
-        try:
-            await stream_reply(
-                client,
-                config,
-                messages,
-                tools,
-                on_text=speak,
-                on_usage=budget.metered(turn.count_usage),
-                max_tokens=budget.reply_tokens,
-                calls=calls,
-            )
-        finally:
-            turn.end_step()
-            await budget.asettle("".join(text))  # what it spent, even failed or stopped
+        with telemetry.model_span(config) as span:
+            try:
+                await stream_reply(
+                    client,
+                    config,
+                    messages,
+                    tools,
+                    on_text=speak,
+                    on_usage=budget.metered(turn.count_usage),
+                    max_tokens=budget.reply_tokens,
+                    calls=calls,
+                )
+            finally:
+                telemetry.answered(span, turn.model, turn.step_usage, calls.finish_reasons)
+                turn.end_step()
+                await budget.asettle("".join(text))  # what it spent, even failed or stopped
         ordered = calls.finished(prefix=f"call_{turn.run_id[:8]}_{len(messages)}")
         tally.asked = len(ordered) + calls.dropped
         if ordered:
@@ -288,6 +291,8 @@ async def stream_reply(
             # Usage-only and keep-alive chunks have no choices (Azure, Mistral, OpenAI).
             for choice in chunk.choices or ():
                 delta = choice.delta
+                if choice.finish_reason:
+                    calls.finish_reasons.append(str(choice.finish_reason))
                 if delta is None:
                     continue
                 # Reasoning deltas (reasoning_content, reasoning) are never the answer.
@@ -374,6 +379,7 @@ class StreamedCalls:
         self.keep = keep  # calls kept; the rest are counted in ``dropped``
         self.max_bytes = max_bytes  # of one call's arguments: past it, their digest and start
         self.dropped = 0
+        self.finish_reasons: list[str] = []  # why the model stopped, per choice (its trace)
         self._last: StreamedCall | None = None
         self._at_index: dict[int, StreamedCall] = {}
         self._by_id: dict[str, StreamedCall] = {}
