@@ -33,6 +33,9 @@ from schemathesis.specs.openapi.checks import (
 from assistant.access.tokens import issue
 from tests.testapp.models import Order
 
+# minutes of fuzzing: run on the newest Python and Django (the code fuzzed is the same on each)
+pytestmark = pytest.mark.slow
+
 API = "/assistant/api/"
 # Cases per operation: 25 operations x 12 cases x 8 callers take 1-2 minutes on 2 cores; set
 # ASSISTANT_FUZZ_EXAMPLES higher for a deeper run by hand.
