@@ -20,6 +20,7 @@ from django.utils.functional import LazyObject, empty
 
 from ..access.credentials import Credential, of_session
 from ..access.permissions import access_for, refresh_access, reread_access, session_user_is_inactive
+from ..access.rates import TurnRate
 from ..conf import assistant_settings
 from ..core.compiled import rows_for
 from ..core.lifecycle import ToolSession, bind_process_session, new_session
@@ -47,7 +48,6 @@ from ..turns.chat import ActionAnswer, Launch, NewMessage, Run, launch, still_si
 from ..turns.conversations import conversation_for
 from ..turns.lanes import keep, loop_state, request_stop
 from ..turns.messages import check_message
-from .throttling import throttled
 
 logger = logging.getLogger("assistant.consumers")
 UNAUTHENTICATED = 4401
@@ -66,6 +66,8 @@ DRAIN_PATIENCE = 2.0  # seconds a socket past its cap may go without the client 
 BURSTS = "assistant.bursts"
 # ... in arrays of at most this much: far below daphne's 1 MiB, as a snapshot
 BURST_MAX_BYTES = SNAPSHOT_MAX_BYTES
+# Turns started here (message, confirm, reject) count apart from REST requests, at their rate.
+TURN_RATE = TurnRate(scope="assistant_websocket")
 
 
 class AssistantConsumer(AsyncWebsocketConsumer):
@@ -86,7 +88,8 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         self.scope = scope
         self.base_send = send
         self.channel_layer = get_channel_layer(self.channel_layer_alias)
-        sources = [receive]
+        self.undelivered: asyncio.Queue[list[str]] = asyncio.Queue()
+        sources = [receive, self.undelivered_receive]
         if self.channel_layer is not None:
             try:
                 self.channel_name = await self.channel_layer.new_channel()
@@ -110,6 +113,10 @@ class AssistantConsumer(AsyncWebsocketConsumer):
                 return {"type": "assistant.layer_lost"}
         await asyncio.Future()  # nothing more comes from there; cancelled when the socket ends
         raise AssertionError("unreachable")
+
+    async def undelivered_receive(self) -> dict[str, Any]:
+        """The next burst of a run this socket started that the channel layer could not carry."""
+        return {"type": "assistant.undelivered", "texts": await self.undelivered.get()}
 
     async def assistant_layer_lost(self, message: dict[str, Any]) -> None:
         await self.close_for_lost_layer()
@@ -409,8 +416,7 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         Every turn a frame starts (message, confirm, reject) is throttled like REST requests,
         inside the turn's first hop: a refused one stores nothing.
         """
-        throttle = _throttle if assistant_settings.THROTTLE_RATE is not None else None
-        run = Run(admit=throttle, credential=self.credential, undelivered=self.undelivered)
+        run = Run(throttle=TURN_RATE, credential=self.credential, undelivered=self.undelivered)
         launched = launch(
             self.user,
             request,
@@ -419,15 +425,6 @@ class AssistantConsumer(AsyncWebsocketConsumer):
             session=self.tools,
             run=run,
         )
-        launched.when_stored(functools.partial(self.joined, launched))
-
-    def joined(self, launched: Launch, conversation: Conversation | None) -> None:
-        """A turn on a conversation this socket watches already runs at once; otherwise a task
-        joins its conversation first (or tells the client why it was refused)."""
-        if conversation is not None and str(conversation.pk) in self.watching:
-            self.current = str(conversation.pk)
-            launched.go()
-            return
         keep(asyncio.ensure_future(self.join(launched)))
 
     async def join(self, launched: Launch) -> None:
@@ -518,6 +515,8 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         # touch the database here (a turn's lane does its own): one hop less per message.
         if message["type"] == "assistant.events":
             await self.assistant_events(message)
+        elif message["type"] == "assistant.undelivered":
+            await self.assistant_undelivered(message)
         elif message["type"] == "websocket.receive":
             await self.websocket_receive(message)
         else:
@@ -534,11 +533,11 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         for text in texts:
             await self.send_text(text)
 
-    async def undelivered(self, texts: list[str]) -> None:
+    async def assistant_undelivered(self, message: dict[str, Any]) -> None:
         """A run this socket started whose frames the channel layer could not carry (Redis
         down): they come straight to this socket, unnumbered, rather than not at all."""
         if not self.signed_out:
-            await self.assistant_events({"texts": texts})
+            await self.assistant_events(message)
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -650,10 +649,3 @@ def _buffered(transport: Any) -> int:
         - int(getattr(transport, "offset", 0))
         + int(getattr(transport, "_tempDataLen", 0))
     )
-
-
-def _throttle(user: Any) -> None:
-    """Refuse a turn past ``ASSISTANT["THROTTLE_RATE"]``: the REST API's budget, per user."""
-    refusal = throttled(user)
-    if refusal is not None:
-        raise refusal
