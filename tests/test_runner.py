@@ -22,7 +22,7 @@ from assistant.exceptions import Throttled
 from assistant.models import Message
 from assistant.stream.broadcast import group_name
 from assistant.turns.chat import NewMessage, Run, launch
-from assistant.turns.lanes import TurnThreads
+from assistant.turns.threads import TurnThreads
 from tests.openai_peer import Reply
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm

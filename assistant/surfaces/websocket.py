@@ -45,8 +45,9 @@ from ..stream import events
 from ..stream.broadcast import group_name
 from ..stream.eventlog import event_log
 from ..turns.chat import ActionAnswer, Launch, NewMessage, Run, launch, still_signed_in
+from ..turns.control import request_stop
 from ..turns.conversations import conversation_for
-from ..turns.lanes import keep, loop_state, request_stop
+from ..turns.lanes import keep, loop_state
 from ..turns.messages import check_message
 
 logger = logging.getLogger("assistant.consumers")
