@@ -31,8 +31,9 @@ from .lanes import Hygiene, keep, loop_state, on_turn_threads
 from .messages import TurnResult, start_turn
 from .planners import KeywordPlanner, get_planner
 from .planners.keywords import Intent
+from .records import secrets_of
 from .runs import Work, run_started_turn
-from .turn import ClientResult, ClientTool, Turn, secrets_of
+from .turn import ClientResult, ClientTool, Turn
 
 logger = logging.getLogger("assistant.chat")
 FRAME_FAILED = "Something went wrong; please try again."
