@@ -6,7 +6,8 @@ Run: ``.venv/bin/python tests/benchmarks/hops.py`` (SQLite in a scratch file, th
 channel layer; no services). A profile hook follows every call in every thread; a context
 variable carries the chain of ``assistant`` frames across tasks and thread hops (both copy the
 context), so the chain at the handler is the whole way down from the entry. It also reports any
-call back up into the transport (``surfaces.websocket``) made from inside a turn.
+call back up into a transport (``surfaces.``) from a layer below it (a turn, dispatch, the
+stream, access, core), for every door.
 """
 
 from __future__ import annotations
