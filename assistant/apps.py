@@ -14,7 +14,7 @@ class AssistantConfig(AppConfig):
         from .conf import assistant_settings
         from .core.registry import registry
         from .turns import evals  # noqa: F401  (checks, built-in tools, rules)
-        from .turns.lanes import watch_access_changes
+        from .turns.news import watch_access_changes
 
         post_migrate.connect(create_tool_permissions, sender=self)
         watch_access_changes()

@@ -13,7 +13,8 @@ from django.contrib.auth.models import Group, Permission
 from django.db import connection, connections
 
 from assistant.access.permissions import access_changed
-from assistant.turns.lanes import RUNNING, close_turn_connections
+from assistant.turns.lanes import RUNNING
+from assistant.turns.threads import close_turn_connections
 from tests import sockets
 from tests.channel_layers import REDIS_CHANNEL_LAYERS
 from tests.channel_layers import redis_channel_layer as redis_channel_layer_config

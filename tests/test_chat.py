@@ -17,8 +17,9 @@ from assistant.models import AuditEntry, Conversation, Message
 from assistant.turns.conversations import check_title
 from assistant.turns.messages import start_turn
 from assistant.turns.planners.keywords import reply_text
+from assistant.turns.records import short_title
 from assistant.turns.runs import run_started_turn, run_turn
-from assistant.turns.turn import TURN_FAILED, Turn, short_title
+from assistant.turns.turn import TURN_FAILED, Turn
 from tests.testapp.models import Order
 
 pytestmark = pytest.mark.django_db

@@ -15,9 +15,9 @@ from guardian.shortcuts import assign_perm
 from assistant.access.permissions import _reload_flags, access_for, reread_access
 from assistant.core import compiled
 from assistant.core.compiled import rows_for
+from assistant.dispatch.confirmation import waiting_actions
 from assistant.dispatch.door import dispatch
 from assistant.models import Conversation, Message, PendingAction
-from assistant.surfaces.websocket import _waiting_actions
 from tests.conftest import perm
 from tests.testapp.models import Order
 
@@ -203,7 +203,7 @@ def test_a_first_turns_queries_are_compiled(make_user):
     reread_access(user)
 
     access_for(user)
-    _waiting_actions(user, None)
+    waiting_actions(user, None)
 
     User = get_user_model()
     for name in ("assistant.permissions", "assistant.flags", "assistant.may_concern"):
@@ -224,7 +224,7 @@ def test_an_approval_is_asked_about_until_a_few_minutes_after_it_ran_out(make_us
         expires_at=timezone.now() - timedelta(minutes=1)
     )
     assert may_concern(clerk).exists()  # (generous: nothing is hidden from a clock ahead)
-    assert _waiting_actions(clerk, None) == ([], {})  # (the inbox's own query is exact)
+    assert waiting_actions(clerk, None) == ([], {})  # (the inbox's own query is exact)
     PendingAction.objects.filter(pk=action.pk).update(
         expires_at=timezone.now() - timedelta(minutes=6)
     )
@@ -242,7 +242,7 @@ def test_without_time_zones_an_approval_is_asked_about_by_the_servers_clock(make
     action = dispatch("cancel_order", {"order_id": order.pk}, user=clerk).pending_action
 
     assert PendingAction.objects.may_concern(clerk).exists()
-    assert _waiting_actions(clerk, None)[1] == {"": 1}
+    assert waiting_actions(clerk, None)[1] == {"": 1}
     PendingAction.objects.filter(pk=action.pk).update(
         expires_at=timezone.now() - timedelta(seconds=1)
     )

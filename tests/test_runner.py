@@ -12,14 +12,17 @@ import openai
 import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
+from django.core.cache import cache
 from django.db import connection
 
+from assistant.access.rates import TurnRate
 from assistant.conf import assistant_settings
 from assistant.core.llm_client import shared_async_client
+from assistant.exceptions import Throttled
 from assistant.models import Message
 from assistant.stream.broadcast import group_name
-from assistant.turns.chat import NewMessage, launch
-from assistant.turns.lanes import TurnThreads
+from assistant.turns.chat import NewMessage, Run, launch
+from assistant.turns.threads import TurnThreads
 from tests.openai_peer import Reply
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm
@@ -162,3 +165,49 @@ async def test_an_llm_turn_is_seen_started_before_its_model_says_anything(
     assert launched.task is not None
     assert not launched.task.done()  # the model has not answered yet
     await launched.task
+
+
+async def ran(user: Any, run: Run) -> None:
+    """Launch "ping" with ``run`` and wait until its turn ends (or raise why it was refused)."""
+    launched = launch(user, NewMessage(text="ping"), source="websocket", run=run)
+    async with launched.start():
+        pass
+    await launched.task
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_launch_past_its_transports_turn_rate_is_refused_as_throttled_storing_nothing(
+    settings: Any, plain_user: Any
+) -> None:
+    settings.ASSISTANT = {**settings.ASSISTANT, "THROTTLE_RATE": "1/min"}
+    await sync_to_async(cache.clear)()
+    websocket = Run(throttle=TurnRate(scope="assistant_websocket"))
+    try:
+        await ran(plain_user, websocket)
+        with pytest.raises(Throttled) as refused:
+            await ran(plain_user, websocket)
+        await ran(plain_user, Run(throttle=TurnRate(scope="elsewhere")))  # counted apart
+    finally:
+        await sync_to_async(cache.clear)()
+
+    assert 0 < (refused.value.retry_after or 0) <= 60
+    assert await Message.objects.acount() == 4  # two turns, none for the refused one
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_frames_the_channel_layer_cannot_carry_reach_the_inbox_the_transport_gave(
+    monkeypatch: pytest.MonkeyPatch, plain_user: Any
+) -> None:
+    async def redis_down(*args: Any, **kwargs: Any) -> None:
+        raise ConnectionError("the channel layer cannot be reached")
+
+    monkeypatch.setattr(get_channel_layer(), "group_send", redis_down)
+    inbox: asyncio.Queue[list[str]] = asyncio.Queue()
+
+    await ran(plain_user, Run(undelivered=inbox))
+
+    delivered = [
+        json.loads(text)["type"] for _ in range(inbox.qsize()) for text in inbox.get_nowait()
+    ]
+    assert delivered[0] == "RUN_STARTED"
+    assert delivered[-1] == "RUN_FINISHED"

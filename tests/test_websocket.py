@@ -20,7 +20,7 @@ from pydantic import TypeAdapter
 from assistant.dispatch.door import adispatch
 from assistant.models import AuditEntry, Conversation, Message, PendingAction
 from assistant.stream.broadcast import Publisher, group_name
-from assistant.surfaces.websocket import _arrays
+from assistant.surfaces.websocket.output import _arrays
 from assistant.turns.turn import TURN_FAILED
 from tests.sockets import (
     WAIT,

@@ -13,8 +13,10 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from asgiref.sync import async_to_sync, sync_to_async
+from django.db.models import Count
 
 from ..access.permissions import access_for, reread_access
+from ..core.compiled import rows_for
 from ..core.redaction import redact_data, redact_text, sensitive_values
 from ..core.registry import ToolResult
 from ..core.storable import storable
@@ -27,7 +29,7 @@ from ..exceptions import (
     SecretUnreadable,
 )
 from ..jobs import cancel_job
-from ..models import Job, PendingAction
+from ..models import Conversation, Job, PendingAction
 from .audit import aaudited, audited, write_audit
 from .calls import Call, CallContext, Decision, DispatchCancelled, Outcome, context_of
 from .door import came_to, decide, own_session
@@ -369,3 +371,26 @@ def stop_job(job_id: Any, *, context: CallContext) -> Job:
         raise
     recorded(context, "cancel_job", {"job": str(job.pk)}, domain="jobs")
     return job
+
+
+def waiting_actions(
+    user: Any, conversation: Conversation | None
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The conversation's own waiting actions (oldest first), and how many the user's inbox holds
+    per conversation ("" for those in none, or in someone else's)."""
+    if not rows_for("assistant.may_concern", user, _one_that_may_concern):
+        return [], {}  # as nearly always: one plain query, not the inbox's two
+    access_for(user)  # a reading permission news made stale is replaced: the inbox asks has_perm
+    answerable = PendingAction.objects.answerable_by(user)
+    waiting: dict[str, int] = {}
+    for row in answerable.values("conversation", "user").annotate(count=Count("id")).order_by():
+        key = str(row["conversation"]) if row["conversation"] and row["user"] == user.pk else ""
+        waiting[key] = waiting.get(key, 0) + row["count"]
+    if conversation is None:
+        return [], waiting
+    own = answerable.owned_by(user).filter(conversation=conversation).select_related("user")
+    return [action.shown() for action in own.order_by("created_at")], waiting
+
+
+def _one_that_may_concern(user: Any) -> Any:
+    return PendingAction.objects.may_concern(user).order_by().values_list("pk")[:1]

@@ -10,7 +10,7 @@ import asyncio
 import functools
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -42,9 +42,10 @@ class Publisher:
         self._task: asyncio.Task[None] | None = None  # sending a burst whose window ended
         self._closing = False
         self._scrub: Callable[[str], str] | None = None
-        # where a burst goes that neither the log nor the layer took (Redis down): the socket
-        # that started the turn, in this process; others see the stored reply on their resume
-        self.undelivered: Callable[[list[str]], Awaitable[None]] | None = None
+        # where a burst goes that neither the log nor the layer took (Redis down): the inbox of
+        # the socket that started the turn, in this process, which sends what it finds there;
+        # others see the stored reply on their resume
+        self.undelivered: asyncio.Queue[list[str]] | None = None
 
     def put(self, frame: dict[str, Any]) -> None:
         self._pending.append(frame)
@@ -99,7 +100,7 @@ class Publisher:
                 if heard == 0 and self.undelivered is not None:
                     # no socket subscribed, not even the one that started the turn: Redis is
                     # back from an outage and the subscriptions are not yet
-                    await self._deliver_here(numbered(bodies, batch))
+                    self._deliver_here(numbered(bodies, batch))
                 return
             await log.append_many(self.thread_id, batch, bodies)
         except Exception as exc:
@@ -113,16 +114,12 @@ class Publisher:
             await layer.group_send(group, {"type": "assistant.events", "texts": texts})
         except Exception:
             logger.exception("Sending events failed (conversation %s)", self.thread_id)
-            await self._deliver_here(texts)
+            self._deliver_here(texts)
 
-    async def _deliver_here(self, texts: list[str]) -> None:
+    def _deliver_here(self, texts: list[str]) -> None:
         """The burst to the socket that started the turn, if one did, when no layer carried it."""
-        if self.undelivered is None:
-            return
-        try:
-            await self.undelivered(texts)
-        except Exception:  # (its socket closed meanwhile)
-            logger.exception("Sending events to the turn's own socket failed")
+        if self.undelivered is not None:
+            self.undelivered.put_nowait(texts)
 
     def redact(self, scrub: Callable[[str], str]) -> None:
         """Pass frames not yet sent through ``scrub``; the kept ones follow once all are sent."""

@@ -109,9 +109,10 @@ def token_usage(model: str, usage: dict[str, int]) -> list[TokenUsage] | None:
 
 
 # What a confirmation interrupt asks for: approve it (true) or reject it (false).
-APPROVAL_SCHEMA = {
+APPROVED: dict[str, Any] = {"approved": {"type": "boolean"}}
+APPROVAL_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "properties": {"approved": {"type": "boolean"}},
+    "properties": APPROVED,
     "required": ["approved"],
 }
 
@@ -120,7 +121,7 @@ def approval_schema(shown: dict[str, Any]) -> dict[str, Any]:
     """What answering this pending action takes, as JSON Schema a generic client can follow:
     ``approved``, plus the phrase its card asks to be typed or the reason its policy asks for,
     both needed only to approve (rejecting needs nothing more)."""
-    needed = {}
+    needed: dict[str, Any] = {}
     if shown["confirm_phrase"]:
         needed["phrase"] = {
             "type": "string",
@@ -132,7 +133,7 @@ def approval_schema(shown: dict[str, Any]) -> dict[str, Any]:
         return APPROVAL_SCHEMA
     return {
         "type": "object",
-        "properties": {**APPROVAL_SCHEMA["properties"], **needed},
+        "properties": {**APPROVED, **needed},
         "required": ["approved"],
         "if": {"properties": {"approved": {"const": True}}},
         "then": {"required": list(needed)},

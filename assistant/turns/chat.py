@@ -7,7 +7,7 @@ import functools
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +17,7 @@ from django.db import DatabaseError
 
 from ..access.credentials import Credential
 from ..access.permissions import refresh_access
+from ..access.rates import TurnRate
 from ..access.tokens import Ceiling
 from ..core.cancellation import CancellationToken
 from ..core.lifecycle import ToolSession
@@ -30,8 +31,9 @@ from .lanes import Hygiene, keep, loop_state, on_turn_threads
 from .messages import TurnResult, start_turn
 from .planners import KeywordPlanner, get_planner
 from .planners.keywords import Intent
+from .records import secrets_of
 from .runs import Work, run_started_turn
-from .turn import ClientResult, ClientTool, Turn, secrets_of
+from .turn import ClientResult, ClientTool, Turn
 
 logger = logging.getLogger("assistant.chat")
 FRAME_FAILED = "Something went wrong; please try again."
@@ -111,19 +113,6 @@ class Launch:
         """Let the run begin (what the end of ``start``'s block does)."""
         self._go.set()
 
-    def when_stored(self, callback: Callable[[Conversation | None], None]) -> None:
-        """``start`` without a task: call ``callback`` with the conversation once the turn is
-        stored (None: it was refused), from the event loop; the run waits for ``go``."""
-
-        def stored(future: asyncio.Future[Conversation]) -> None:
-            try:
-                callback(None if future.exception() else future.result())
-            except Exception:
-                logger.exception("A launched turn's callback failed; the run begins")
-                self.go()
-
-        self._stored.add_done_callback(stored)
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Run:
@@ -134,15 +123,15 @@ class Run:
     listener: Listener | None = None
     ceiling: Ceiling | None = None  # a bearer token's: the turn's calls and catalog stay under it
     client: str = ""  # the audit's client column (a token's name)
-    # A check of the transport's (its rate limit), run with the user first in the turn's first
-    # sync step, before anything is stored: it raises an AssistantError to refuse the turn.
-    admit: Callable[[Any], None] | None = None
+    # The transport's turn rate, counted in the turn's first sync step before anything is
+    # stored: past it the turn is refused (``Throttled``).
+    throttle: TurnRate | None = None
     # What signed the transport's user in: confirmed in the turn's first sync step (a session
     # that ended refuses the turn there), then before each of the turn's model and tool calls.
     credential: Credential | None = None
-    # Where the run's frames go when the channel layer cannot carry them (the socket that
-    # started it: it is in this process, and its user waits on this run).
-    undelivered: Callable[[list[str]], Awaitable[None]] | None = None
+    # Where the run's frames go when the channel layer cannot carry them: the inbox of the
+    # socket that started it (it is in this process, and its user waits on this run).
+    undelivered: asyncio.Queue[list[str]] | None = None
 
 
 def launch(
@@ -197,7 +186,7 @@ async def _in_lane(
                     session=session,
                     cancel=cancel,
                     run_id=run.run_id,
-                    admit=run.admit,
+                    throttle=run.throttle,
                     ceiling=run.ceiling,
                     client=run.client,
                     credential=run.credential,
@@ -238,7 +227,7 @@ def _begin(
     session: ToolSession | None,
     cancel: CancellationToken,
     run_id: str | None = None,
-    admit: Callable[[Any], None] | None = None,
+    throttle: TurnRate | None = None,
     ceiling: Ceiling | None = None,
     client: str = "",
     credential: Credential | None = None,
@@ -248,8 +237,8 @@ def _begin(
     vouched = credential is not None and still_signed_in(
         credential, user, _requested(request), source=source, request_ip=request_ip, client=client
     )
-    if admit is not None:
-        admit(user)
+    if throttle is not None:
+        throttle.admit(user)
     if isinstance(request, ActionAnswer):
         answering = decision_turn(
             user,

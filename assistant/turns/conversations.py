@@ -15,7 +15,7 @@ from ..dispatch.calls import CallContext
 from ..dispatch.confirmation import recorded, withdraw_action
 from ..exceptions import AssistantError, ConversationNotFound, InvalidRunInput, InvalidTitle
 from ..models import Conversation, Job, Message, PendingAction
-from .lanes import request_stop
+from .control import request_stop
 from .turn import CLIENT_TOOL
 
 logger = logging.getLogger("assistant.chat")

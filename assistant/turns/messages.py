@@ -23,7 +23,7 @@ from ..exceptions import (
 )
 from ..models import AuditEntry, Conversation, Message, PendingAction
 from .conversations import conversation_for
-from .turn import nested_savepoint, short_title
+from .records import nested_savepoint, short_title
 
 
 @dataclass(kw_only=True, slots=True)

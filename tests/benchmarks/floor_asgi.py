@@ -58,7 +58,7 @@ def _count_loop() -> None:
 
     asyncio.events.Handle._run = counted_run  # type: ignore[method-assign]
     ThreadPoolExecutor.submit = counted_submit  # type: ignore[method-assign]
-    from assistant.turns.lanes import TurnThreads  # the turns' own threads hop too
+    from assistant.turns.threads import TurnThreads  # the turns' own threads hop too
 
     turn_submit = TurnThreads.submit
 

@@ -6,7 +6,8 @@ Run: ``.venv/bin/python tests/benchmarks/hops.py`` (SQLite in a scratch file, th
 channel layer; no services). A profile hook follows every call in every thread; a context
 variable carries the chain of ``assistant`` frames across tasks and thread hops (both copy the
 context), so the chain at the handler is the whole way down from the entry. It also reports any
-call back up into the transport (``surfaces.websocket``) made from inside a turn.
+call back up into a transport (``surfaces.``) from a layer below it (a turn, dispatch, the
+stream, access, core), for every door.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = str(ROOT / "assistant") + os.sep
 ASGIREF = os.path.join("asgiref", "sync.py")
 DOORS = ("dispatch:", "confirmation:")  # where every path meets the one door
+BELOW = ("turns.", "dispatch.", "stream.", "access.", "core.", "jobs:")  # the layers under surfaces
 Link = tuple[str, int]  # (module:function, thread ident)
 
 # (thread, outermost frame, chain below it, chain now, the segment it was spawned from): asgiref
@@ -93,8 +95,8 @@ def profile(frame: Any, event: str, arg: Any) -> None:
         if not frame.f_code.co_filename.startswith(PACKAGE):
             return
         trail = trail_at(frame)
-        if label(frame).startswith("surfaces.websocket:") and any(
-            name.startswith(("turns.chat:", "turns.turn:")) for name, _ in trail[:-1]
+        if label(frame).startswith("surfaces.") and any(
+            name.startswith(BELOW) for name, _ in trail[:-1]
         ):
             climbs.add(f"{trail[-2][0]} -> {trail[-1][0]}")
     elif event == "return" and frame.f_code.co_filename.startswith(PACKAGE):

@@ -1,10 +1,11 @@
-"""The chat websocket: thin; turns run on their own, every socket on a conversation sees them."""
+"""The chat socket's consumer: its frames (message, confirm, reject, cancel, resume), the
+conversations it watches, and what it replays; turns run on their own, every socket on a
+conversation sees them."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import logging
 from typing import Any
@@ -12,21 +13,24 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from channels.db import aclose_old_connections
 from channels.exceptions import StopConsumer
-from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.layers import get_channel_layer
 from channels.utils import await_many_dispatch
-from django.db.models import Count
 from django.utils.functional import LazyObject, empty
 
-from .. import telemetry
-from ..access.credentials import Credential, of_session
-from ..access.permissions import access_for, refresh_access, reread_access, session_user_is_inactive
-from ..conf import assistant_settings
-from ..core.compiled import rows_for
-from ..core.lifecycle import ToolSession, bind_process_session, new_session
-from ..dispatch.calls import CallContext
-from ..dispatch.confirmation import stop_job
-from ..exceptions import (
+from ... import telemetry
+from ...access.credentials import Credential, of_session
+from ...access.permissions import (
+    access_for,
+    refresh_access,
+    reread_access,
+    session_user_is_inactive,
+)
+from ...access.rates import TurnRate
+from ...conf import assistant_settings
+from ...core.lifecycle import ToolSession, bind_process_session, new_session
+from ...dispatch.calls import CallContext
+from ...dispatch.confirmation import stop_job, waiting_actions
+from ...exceptions import (
     AccountInactive,
     AssistantError,
     ConversationNotFound,
@@ -39,41 +43,33 @@ from ..exceptions import (
     UnknownFrameType,
     outage,
 )
-from ..jobs import job_relay
-from ..models import Conversation, Message, PendingAction
-from ..stream import events
-from ..stream.broadcast import group_name
-from ..stream.eventlog import event_log
-from ..turns.chat import ActionAnswer, Launch, NewMessage, Run, launch, still_signed_in
-from ..turns.conversations import conversation_for
-from ..turns.lanes import keep, loop_state, request_stop
-from ..turns.messages import check_message
-from .throttling import throttled
+from ...jobs import job_relay
+from ...models import Conversation, Message
+from ...stream import events
+from ...stream.broadcast import group_name
+from ...stream.eventlog import event_log
+from ...turns.chat import ActionAnswer, Launch, NewMessage, Run, launch, still_signed_in
+from ...turns.control import request_stop
+from ...turns.conversations import conversation_for
+from ...turns.lanes import keep, loop_state
+from ...turns.messages import check_message
+from .output import BURSTS, SNAPSHOT_MAX_BYTES, SocketOutput
 
 logger = logging.getLogger("assistant.consumers")
 UNAUTHENTICATED = 4401
 ACCOUNT_INACTIVE = 4403  # a deactivated user: told so, then closed (the client does not retry)
 LAYER_UNAVAILABLE = 1013  # "try again later": the channel layer (Redis) cannot be reached
-TOO_SLOW = 4008  # the client left more than SOCKET_MAX_PENDING_BYTES unread
 SERVER_ERROR = 1011  # the server cannot serve chats (e.g. no channel layer); said before closing
 NORMAL_CLOSE = (1000, 1001)  # anything else is an abnormal drop: toolsets are cancelled
 MAX_SEQ = 2**63 - 1
-# daphne refuses to send a frame over 1 MiB (its --websocket_max_message_size): a snapshot
-# carries no more than half that of message text and tool calls, as JSON encodes them
-SNAPSHOT_MAX_BYTES = 512 * 1024
-DRAIN_PATIENCE = 2.0  # seconds a socket past its cap may go without the client reading a byte
-# A client that offers this websocket subprotocol receives each burst of a run's events as one
-# message, a JSON array of AG-UI events; without it, every event is a message of its own.
-BURSTS = "assistant.bursts"
-# ... in arrays of at most this much: far below daphne's 1 MiB, as a snapshot
-BURST_MAX_BYTES = SNAPSHOT_MAX_BYTES
+# Turns started here (message, confirm, reject) count apart from REST requests, at their rate.
+TURN_RATE = TurnRate(scope="assistant_websocket")
 
 
-class AssistantConsumer(AsyncWebsocketConsumer):
+class AssistantConsumer(SocketOutput):
     """Client frames: message, confirm, reject, cancel, resume. Server frames: AG-UI events."""
 
     layer_lost = False  # the channel layer failed: this socket cannot see runs
-    bursts = False  # the client asked for bursts as JSON arrays (the BURSTS subprotocol)
     layer_told = False
     connected = False
     credential: Credential | None = None  # the session that signed the socket in, if one did
@@ -87,7 +83,8 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         self.scope = scope
         self.base_send = send
         self.channel_layer = get_channel_layer(self.channel_layer_alias)
-        sources = [receive]
+        self.undelivered: asyncio.Queue[list[str]] = asyncio.Queue()
+        sources = [receive, self.undelivered_receive]
         if self.channel_layer is not None:
             try:
                 self.channel_name = await self.channel_layer.new_channel()
@@ -111,6 +108,10 @@ class AssistantConsumer(AsyncWebsocketConsumer):
                 return {"type": "assistant.layer_lost"}
         await asyncio.Future()  # nothing more comes from there; cancelled when the socket ends
         raise AssertionError("unreachable")
+
+    async def undelivered_receive(self) -> dict[str, Any]:
+        """The next burst of a run this socket started that the channel layer could not carry."""
+        return {"type": "assistant.undelivered", "texts": await self.undelivered.get()}
 
     async def assistant_layer_lost(self, message: dict[str, Any]) -> None:
         await self.close_for_lost_layer()
@@ -260,71 +261,6 @@ class AssistantConsumer(AsyncWebsocketConsumer):
             raise MissingField(f'The frame needs "{key}".')
         return value
 
-    async def send_frame(self, frame: dict[str, Any]) -> None:
-        """Send one frame, unless this client stopped reading (then close it, once)."""
-        await self.send_text(json.dumps(frame, separators=(",", ":")))
-
-    async def send_text(self, data: str) -> None:
-        """Send one frame already serialised (as ``send_frame`` does)."""
-        if self.too_slow:
-            return
-        self.in_flight += len(data)
-        try:
-            await self.send(text_data=data)
-        finally:
-            self.in_flight -= len(data)
-        cap = assistant_settings.SOCKET_MAX_PENDING_BYTES
-        if self.pending_bytes() > cap:
-            await self.drain(cap)
-
-    def pending_bytes(self) -> int:
-        """What is waiting to reach the client: in our sends, and in the server's write buffer.
-
-        Servers that apply backpressure (uvicorn) make ``send`` wait; daphne's returns at once
-        and buffers, so its transport is asked how much it holds.
-        """
-        return self.in_flight + _server_backlog(self.base_send)
-
-    async def drain(self, cap: int) -> None:
-        """Hold this socket's output until the client reads below ``cap``; close it if it stops."""
-        loop = asyncio.get_running_loop()
-        pending, progressed = self.pending_bytes(), loop.time()
-        while pending > cap and not self.too_slow:
-            await asyncio.sleep(0.05)
-            left = self.pending_bytes()
-            if left < pending:
-                progressed = loop.time()
-            elif loop.time() - progressed > DRAIN_PATIENCE:
-                await self.close_too_slow()
-            pending = left
-
-    async def close_too_slow(self) -> None:
-        self.too_slow = True
-        logger.warning(
-            "Closing the websocket of user %s with %s: over %s bytes unread, none read for %s s",
-            getattr(self.user, "pk", None),
-            TOO_SLOW,
-            assistant_settings.SOCKET_MAX_PENDING_BYTES,
-            DRAIN_PATIENCE,
-        )
-        await self.close(code=TOO_SLOW)
-
-    async def send_error(self, code: str, message: str, **details: Any) -> None:
-        frame = events.frame(
-            events.custom("assistant.error", {"code": code, "message": message, **details}),
-            thread_id=self.current or "",
-            run_id=None,
-        )
-        await self.send_frame(frame)
-
-    async def send_refusal(self, refused: AssistantError) -> None:
-        """An error frame for a refusal; one to retry later (throttled, the database down) says
-        when (``retry_after``, seconds)."""
-        if hasattr(refused, "retry_after"):
-            await self.send_error(refused.code, refused.message, retry_after=refused.retry_after)
-        else:
-            await self.send_error(refused.code, refused.message)
-
     async def refuse_without_layer(self) -> None:
         logger.error("The chat websocket needs CHANNEL_LAYERS; none is configured: socket closed")
         await self.send_error(
@@ -412,8 +348,7 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         Every turn a frame starts (message, confirm, reject) is throttled like REST requests,
         inside the turn's first hop: a refused one stores nothing.
         """
-        throttle = _throttle if assistant_settings.THROTTLE_RATE is not None else None
-        run = Run(admit=throttle, credential=self.credential, undelivered=self.undelivered)
+        run = Run(throttle=TURN_RATE, credential=self.credential, undelivered=self.undelivered)
         with telemetry.incoming(self.trace_carrier):
             launched = launch(
                 self.user,
@@ -423,15 +358,6 @@ class AssistantConsumer(AsyncWebsocketConsumer):
                 session=self.tools,
                 run=run,
             )
-        launched.when_stored(functools.partial(self.joined, launched))
-
-    def joined(self, launched: Launch, conversation: Conversation | None) -> None:
-        """A turn on a conversation this socket watches already runs at once; otherwise a task
-        joins its conversation first (or tells the client why it was refused)."""
-        if conversation is not None and str(conversation.pk) in self.watching:
-            self.current = str(conversation.pk)
-            launched.go()
-            return
         keep(asyncio.ensure_future(self.join(launched)))
 
     async def join(self, launched: Launch) -> None:
@@ -522,27 +448,18 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         # touch the database here (a turn's lane does its own): one hop less per message.
         if message["type"] == "assistant.events":
             await self.assistant_events(message)
+        elif message["type"] == "assistant.undelivered":
+            await self.assistant_undelivered(message)
         elif message["type"] == "websocket.receive":
             await self.websocket_receive(message)
         else:
             await super().dispatch(message)
 
-    async def assistant_events(self, message: dict[str, Any]) -> None:
-        texts = message.get("texts")
-        if texts is None:  # (from a process of an earlier release)
-            texts = [json.dumps(frame, separators=(",", ":")) for frame in message["frames"]]
-        if self.bursts:  # serialised once by the publisher, for every socket
-            for burst in _arrays(texts, BURST_MAX_BYTES):
-                await self.send_text(burst)
-            return
-        for text in texts:
-            await self.send_text(text)
-
-    async def undelivered(self, texts: list[str]) -> None:
+    async def assistant_undelivered(self, message: dict[str, Any]) -> None:
         """A run this socket started whose frames the channel layer could not carry (Redis
         down): they come straight to this socket, unnumbered, rather than not at all."""
         if not self.signed_out:
-            await self.assistant_events({"texts": texts})
+            await self.assistant_events(message)
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -552,7 +469,7 @@ class AssistantConsumer(AsyncWebsocketConsumer):
         Sent on connect (no conversation yet) and on every resume, before its marker; nothing
         when nothing waits anywhere.
         """
-        actions, waiting = await sync_to_async(_waiting_actions)(self.user, conversation)
+        actions, waiting = await sync_to_async(waiting_actions)(self.user, conversation)
         if actions or waiting:
             frame = events.frame(
                 events.custom(
@@ -566,29 +483,6 @@ class AssistantConsumer(AsyncWebsocketConsumer):
     def client_ip(self) -> str | None:
         client = self.scope.get("client")
         return client[0] if client else None
-
-
-def _waiting_actions(
-    user: Any, conversation: Conversation | None
-) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    """The conversation's own waiting actions (oldest first), and how many the user's inbox holds
-    per conversation ("" for those in none, or in someone else's)."""
-    if not rows_for("assistant.may_concern", user, _one_that_may_concern):
-        return [], {}  # as nearly always: one plain query, not the inbox's two
-    access_for(user)  # a reading permission news made stale is replaced: the inbox asks has_perm
-    answerable = PendingAction.objects.answerable_by(user)
-    waiting: dict[str, int] = {}
-    for row in answerable.values("conversation", "user").annotate(count=Count("id")).order_by():
-        key = str(row["conversation"]) if row["conversation"] and row["user"] == user.pk else ""
-        waiting[key] = waiting.get(key, 0) + row["count"]
-    if conversation is None:
-        return [], waiting
-    own = answerable.owned_by(user).filter(conversation=conversation).select_related("user")
-    return [action.shown() for action in own.order_by("created_at")], waiting
-
-
-def _one_that_may_concern(user: Any) -> Any:
-    return PendingAction.objects.may_concern(user).order_by().values_list("pk")[:1]
 
 
 def _stored_messages(conversation: Any) -> tuple[list[Message], bool]:
@@ -607,57 +501,5 @@ def _stored_messages(conversation: Any) -> tuple[list[Message], bool]:
     return kept[::-1], len(kept) < len(candidates)
 
 
-def _arrays(texts: list[str], budget: int) -> list[str]:
-    """Events as JSON arrays of at most ``budget`` characters; one that is larger on its own
-    goes as a frame of its own, as it would without bursts."""
-    sent: list[str] = []
-    held: list[str] = []
-    size = 0
-    for text in texts:
-        if held and size + len(text) + 2 > budget:  # (the array: brackets and commas)
-            sent.append(f"[{','.join(held)}]")
-            held, size = [], 0
-        if len(text) + 2 > budget:
-            sent.append(text)
-            continue
-        held.append(text)
-        size += len(text) + 1
-    if held:
-        sent.append(f"[{','.join(held)}]")
-    return sent
-
-
 def _not_json(constant: str) -> Any:
     raise FrameError(f"{constant} is not a number JSON allows.")
-
-
-def _server_backlog(send: Any) -> int:
-    """Bytes the ASGI server holds for this socket, where it says (daphne's Twisted transport)."""
-    for _ in range(4):  # channels' session middleware wraps the server's send
-        if isinstance(send, functools.partial):  # daphne: partial(server.handle_reply, protocol)
-            transport = getattr(send.args[0], "transport", None) if send.args else None
-            return _buffered(transport)
-        send = getattr(getattr(send, "__self__", None), "real_send", None)
-        if send is None:
-            break
-    return 0
-
-
-def _buffered(transport: Any) -> int:
-    size = getattr(transport, "get_write_buffer_size", None)  # an asyncio transport
-    if callable(size):
-        return int(size())
-    # a Twisted FileDescriptor: what is left of its write buffer, and what waits to join it
-    data = getattr(transport, "dataBuffer", b"")
-    return (
-        len(data)
-        - int(getattr(transport, "offset", 0))
-        + int(getattr(transport, "_tempDataLen", 0))
-    )
-
-
-def _throttle(user: Any) -> None:
-    """Refuse a turn past ``ASSISTANT["THROTTLE_RATE"]``: the REST API's budget, per user."""
-    refusal = throttled(user)
-    if refusal is not None:
-        raise refusal
