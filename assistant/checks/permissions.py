@@ -9,7 +9,7 @@ from django.apps import apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
-from ..access.permissions import permission_for
+from ..access.requirements import permission_for
 from ..core.registry import AssistantTool, ToolRegistry, registry
 from .settings import _model
 

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 
 from ..access.credentials import Credential
-from ..access.permissions import UserAccess
+from ..access.predicate import UserAccess
 from ..access.tokens import Ceiling
 from ..conf import assistant_settings
 from ..core.cancellation import CancellationToken

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 from asgiref.sync import async_to_sync, sync_to_async
 
-from ..access.permissions import access_for, reread_access
+from ..access.caches import access_for, reread_access
 from ..core.redaction import redact_data, redact_text, sensitive_values
 from ..core.registry import ToolResult
 from ..core.storable import storable

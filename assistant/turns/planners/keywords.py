@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 
-from ...access.permissions import access_for, denials, known_domains
+from ...access.caches import access_for
+from ...access.permissions import known_domains
+from ...access.predicate import denials
 from ...access.tokens import Ceiling
 from ...core.entities import Entity
 from ...core.registry import AssistantTool, ToolRegistry, registry
