@@ -8,7 +8,8 @@ from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 
-from ..core.registry import AssistantTool, ToolRegistry, registry
+from ..core.declaration import AssistantTool
+from ..core.registry import ToolRegistry, registry
 from ..exceptions import AccountInactive, PermissionDenied, ToolHidden
 from .caches import (
     USER_FLAGS,

@@ -10,7 +10,8 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from ..core.compiled import rows_for
-from ..core.registry import AssistantTool, ToolRegistry
+from ..core.declaration import AssistantTool
+from ..core.registry import ToolRegistry
 from .requirements import _required, required_permissions
 
 ACCESS_ATTRIBUTE = "_assistant_access"

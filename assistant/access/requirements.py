@@ -8,7 +8,8 @@ from typing import Any
 from django.apps import apps
 
 from ..conf import assistant_settings
-from ..core.registry import AssistantTool, PermissionCheck, ToolRegistry, registry
+from ..core.declaration import AssistantTool, PermissionCheck
+from ..core.registry import ToolRegistry, registry
 from ..models import Tool
 
 # (resource, ACTION) on a model listed in ASSISTANT["RESOURCES"] → that model's permission verb.

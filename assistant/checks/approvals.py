@@ -13,7 +13,8 @@ from django.core.checks import CheckMessage, Error, register
 from ..access.approvals import RISK_LEVELS, Policy, configured, configured_for
 from ..access.requirements import permission_for
 from ..conf import policies_are_valid
-from ..core.registry import RiskLevel, ToolRegistry, registry
+from ..core.declaration import RiskLevel
+from ..core.registry import ToolRegistry, registry
 from .permissions import _codenames
 
 

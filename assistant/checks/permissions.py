@@ -10,7 +10,8 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
 from ..access.requirements import permission_for
-from ..core.registry import AssistantTool, ToolRegistry, registry
+from ..core.declaration import AssistantTool
+from ..core.registry import ToolRegistry, registry
 from .settings import _model
 
 

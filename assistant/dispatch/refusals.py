@@ -10,8 +10,8 @@ from ..access.caches import access_for
 from ..access.permissions import hidden_from, refusal
 from ..access.predicate import denials
 from ..conf import assistant_settings
+from ..core.declaration import AssistantTool
 from ..core.redaction import redacted_entities
-from ..core.registry import AssistantTool
 from ..exceptions import (
     ArgumentsTooLarge,
     InvalidEntities,

@@ -16,8 +16,9 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from .. import signals
+from ..core.declaration import RiskLevel
 from ..core.redaction import hidden_entities, redacted, redacted_entities
-from ..core.registry import RiskLevel, registry
+from ..core.registry import registry
 from ..core.sealing import seal, unseal
 from ..core.storable import shows_something, storable, storable_text, typed_text
 from ..exceptions import (

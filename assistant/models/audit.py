@@ -10,7 +10,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.utils import timezone
 
-from ..core.registry import RiskLevel
+from ..core.declaration import RiskLevel
 from .actions import PendingAction
 from .conversations import Conversation
 

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from ..core.registry import RiskLevel
+from ..core.declaration import RiskLevel
 
 
 class AccessTokenQuerySet(models.QuerySet["AccessToken"]):
