@@ -8,17 +8,10 @@ every module is internal and may move. The door, ``dispatch``/``adispatch``, is 
 from typing import TYPE_CHECKING, Any
 
 from .core.cancellation import CancellationToken
+from .core.declaration import AssistantTool
 from .core.entities import Length, Range
 from .core.lifecycle import ToolLifecycleState, Toolset, register_toolset
-from .core.registry import (
-    AssistantTool,
-    Prepared,
-    ToolCall,
-    ToolRegistry,
-    ToolResult,
-    assistant_tool,
-    registry,
-)
+from .core.registry import Prepared, ToolCall, ToolRegistry, ToolResult, assistant_tool, registry
 from .exceptions import (
     AssistantError,
     Cancelled,

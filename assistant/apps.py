@@ -10,7 +10,7 @@ class AssistantConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks, tools, validation  # noqa: F401  (checks, built-in tools, rules)
-        from .access.permissions import create_tool_permissions
+        from .access.requirements import create_tool_permissions
         from .conf import assistant_settings
         from .core.registry import registry
         from .turns import evals  # noqa: F401  (checks, built-in tools, rules)

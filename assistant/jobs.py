@@ -32,7 +32,8 @@ from django.utils.module_loading import import_string
 from .compat import task
 from .conf import assistant_settings
 from .core.cancellation import CancellationToken
-from .core.registry import ToolResult, title_of
+from .core.declaration import title_of
+from .core.registry import ToolResult
 from .exceptions import Cancelled, JobDefinitionError, JobNotFound, WorkerLost
 from .liveness import areap_interrupted_turns
 from .models import Job, Message

@@ -12,7 +12,7 @@ from django.utils import timezone
 from django.utils.functional import SimpleLazyObject
 from guardian.shortcuts import assign_perm
 
-from assistant.access.permissions import _reload_flags, access_for, reread_access
+from assistant.access.caches import _reload_flags, access_for, reread_access
 from assistant.core import compiled
 from assistant.core.compiled import rows_for
 from assistant.dispatch.confirmation import waiting_actions

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..conf import assistant_settings
-from ..core.registry import AssistantTool, RiskLevel
+from ..core.declaration import AssistantTool, RiskLevel
 from ..models import PendingAction
 
 Policy = PendingAction.Policy

@@ -31,7 +31,7 @@ from django.utils.crypto import constant_time_compare
 from ..conf import assistant_settings
 from ..exceptions import AccountInactive, CredentialLapsed
 from ..models import AccessToken
-from .permissions import credential_generation
+from .caches import credential_generation
 from .tokens import Bearer
 
 logger = logging.getLogger("assistant.credentials")

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 from django.apps import apps
 from django.urls import NoReverseMatch, reverse
 
-from ..core.registry import RiskLevel
+from ..core.declaration import RiskLevel
 from ..exceptions import InvalidToken
 
 # The scopes a client may ask for, widest first, and the riskiest tool each reaches (the user's

@@ -19,7 +19,7 @@ from asgiref.sync import sync_to_async
 from django.apps import apps
 from django.utils import timezone
 
-from ..core.registry import AssistantTool, RiskLevel
+from ..core.declaration import AssistantTool, RiskLevel
 from ..exceptions import AccountInactive, InvalidToken, OutsideTokenScope
 from ..models import AccessToken
 from . import oauth

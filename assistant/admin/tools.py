@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
-from ..access.permissions import required_permissions
+from ..access.requirements import required_permissions
 from ..core.registry import registry
 from ..dispatch.catalog import hidden_reasons, inventory_row
 from ..models import Tool

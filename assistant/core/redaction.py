@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..conf import assistant_settings
-from .registry import AssistantTool, ToolRegistry, registry
+from .declaration import AssistantTool
+from .registry import ToolRegistry, registry
 from .storable import storable
 
 

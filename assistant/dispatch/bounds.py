@@ -10,8 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..conf import assistant_settings
+from ..core.declaration import AssistantTool
 from ..core.redaction import redacted_entities
-from ..core.registry import AssistantTool
 from ..core.storable import storable
 from ..exceptions import TurnDeadline
 

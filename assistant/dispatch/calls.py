@@ -11,13 +11,14 @@ from typing import Any, NamedTuple
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 
 from ..access.credentials import Credential
-from ..access.permissions import UserAccess
+from ..access.predicate import UserAccess
 from ..access.tokens import Ceiling
 from ..conf import assistant_settings
 from ..core.cancellation import CancellationToken
+from ..core.declaration import AssistantTool
 from ..core.lifecycle import ToolSession
 from ..core.redaction import redact_text, redacted_entities, sensitive_values
-from ..core.registry import AssistantTool, Prepared, ToolCall, ToolRegistry, ToolResult, registry
+from ..core.registry import Prepared, ToolCall, ToolRegistry, ToolResult, registry
 from ..core.storable import UNSTORABLE_CHARACTERS, plain, storable, storable_text
 from ..exceptions import AssistantError, InvalidEntities, PermissionDenied, ToolFailed, ToolTimeout
 from ..jobs import JobManager

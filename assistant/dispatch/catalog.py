@@ -13,9 +13,12 @@ from collections.abc import Iterable
 from typing import Any, Literal
 
 from ..access.approvals import policy_for
-from ..access.permissions import access_for, explain, required_permissions
+from ..access.caches import access_for
+from ..access.permissions import explain
+from ..access.requirements import required_permissions
+from ..core.declaration import AssistantTool
 from ..core.lifecycle import ToolSession, process_session
-from ..core.registry import AssistantTool, TokenCeiling, ToolRegistry, registry
+from ..core.registry import TokenCeiling, ToolRegistry, registry
 from .execution import failed_toolsets
 
 

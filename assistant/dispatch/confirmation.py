@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 from asgiref.sync import async_to_sync, sync_to_async
 from django.db.models import Count
 
-from ..access.permissions import access_for, reread_access
+from ..access.caches import access_for, reread_access
 from ..core.compiled import rows_for
 from ..core.redaction import redact_data, redact_text, sensitive_values
 from ..core.registry import ToolResult

@@ -18,11 +18,12 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.db import IntegrityError
 
 from ..access.approvals import policy_for
-from ..access.permissions import cached_access, denials
+from ..access.caches import cached_access
+from ..access.predicate import denials
 from ..conf import assistant_settings
+from ..core.declaration import AssistantTool
 from ..core.lifecycle import ToolSession, new_session
 from ..core.redaction import redacted_entities
-from ..core.registry import AssistantTool
 from ..core.storable import storable
 from ..exceptions import Cancelled
 from ..models import PendingAction

@@ -10,8 +10,9 @@ from typing import Any
 from asgiref.sync import async_to_sync, sync_to_async
 
 from ..core.cancellation import CancellationToken
+from ..core.declaration import AssistantTool
 from ..core.lifecycle import ToolLifecycleState, ToolSession, Toolset, new_session
-from ..core.registry import PREVIEW_KINDS, AssistantTool, Prepared, ToolCall, ToolResult
+from ..core.registry import PREVIEW_KINDS, Prepared, ToolCall, ToolResult
 from ..core.storable import shows_something, typed_text
 from ..exceptions import Cancelled, InvalidEntities, ToolNotReady, ToolTimeout, ToolUnavailable
 from .calls import Call, Decision, DispatchCancelled, Outcome, _as_result

@@ -6,10 +6,12 @@ from collections.abc import Callable
 
 from django.apps import apps
 
-from ..access.permissions import access_for, denials, hidden_from, refusal
+from ..access.caches import access_for
+from ..access.permissions import hidden_from, refusal
+from ..access.predicate import denials
 from ..conf import assistant_settings
+from ..core.declaration import AssistantTool
 from ..core.redaction import redacted_entities
-from ..core.registry import AssistantTool
 from ..exceptions import (
     ArgumentsTooLarge,
     InvalidEntities,

@@ -15,8 +15,8 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError
 
+from ..access.caches import refresh_access
 from ..access.credentials import Credential
-from ..access.permissions import refresh_access
 from ..access.rates import TurnRate
 from ..access.tokens import Ceiling
 from ..core.cancellation import CancellationToken

@@ -10,9 +10,9 @@ from typing import Any
 from asgiref.sync import async_to_sync, sync_to_async
 
 from .. import liveness, telemetry
+from ..access.caches import refresh_access
 from ..access.credentials import Credential
 from ..access.credentials import watch as watch_credential
-from ..access.permissions import refresh_access
 from ..access.tokens import Ceiling
 from ..core.cancellation import CancellationToken
 from ..core.lifecycle import ToolSession, new_session

@@ -81,7 +81,7 @@ class SettingsDirective(SphinxDirective):
 
 
 class ChecksDirective(SphinxDirective):
-    """Every system check id assistant/checks.py can report, with its messages and hints."""
+    """Every system check id assistant/checks/ can report, with its messages and hints."""
 
     def run(self) -> list[nodes.Node]:
         rows: list[tuple[list[str], list[Cell]]] = []

@@ -29,7 +29,7 @@ class SettingRow:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CheckRow:
-    """One system check id: its level and every message and hint checks.py gives under it."""
+    """One system check id: its level and every message and hint the checks give under it."""
 
     id: str
     level: str
@@ -99,18 +99,19 @@ def _text(node: ast.expr | None) -> str:
     return f"<{ast.unparse(node)}>"
 
 
-def check_rows(source: Path = PACKAGE / "checks.py") -> list[CheckRow]:
-    """Every ``Error``/``Warning`` with an ``assistant.*`` id in checks.py, grouped by id."""
+def check_rows(source: Path = PACKAGE / "checks") -> list[CheckRow]:
+    """Every ``Error``/``Warning`` with an ``assistant.*`` id in ``assistant/checks/``, by id."""
     found: dict[str, tuple[str, list[str], list[str]]] = {}
-    tree = ast.parse(source.read_text())
+    paths = sorted(source.glob("*.py")) if source.is_dir() else [source]
+    nodes = [node for path in paths for node in ast.walk(ast.parse(path.read_text()))]
     # _bad_value(key, problem, hint) is E002's template: its callers say what the problem is
     template = {
         id(inner)
-        for node in ast.walk(tree)
+        for node in nodes
         if isinstance(node, ast.FunctionDef) and node.name == "_bad_value"
         for inner in ast.walk(node)
     }
-    for node in ast.walk(tree):
+    for node in nodes:
         if not isinstance(node, ast.Call) or id(node) in template:
             continue
         keywords = {keyword.arg: keyword.value for keyword in node.keywords}

@@ -10,7 +10,7 @@ from drf_spectacular.utils import PolymorphicProxySerializer
 from rest_framework import serializers
 from rest_framework.utils import html
 
-from ...core.registry import RiskLevel
+from ...core.declaration import RiskLevel
 from ...dispatch.calls import Outcome
 from ...models import (
     AccessToken,

@@ -7,7 +7,7 @@ from typing import Any
 
 from mcp.server.context import ServerRequestContext
 
-from ...access.permissions import reread_access
+from ...access.caches import reread_access
 from ...access.tokens import Bearer
 
 SCOPE_KEY = "assistant.caller"  # where the HTTP view leaves the authenticated caller

@@ -16,7 +16,7 @@ from mcp.server.context import ServerRequestContext
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ...conf import assistant_settings
-from ...core.registry import RiskLevel
+from ...core.declaration import RiskLevel
 from ...dispatch.calls import CallContext
 from ...dispatch.confirmation import acancel_action, aconfirm_action
 from ...exceptions import AssistantError

@@ -29,7 +29,8 @@ from mcp.server.context import ServerRequestContext
 from ... import __version__, telemetry
 from ...access.approvals import policy_for
 from ...core.cancellation import CancellationToken
-from ...core.registry import AssistantTool, RiskLevel, ToolRegistry, registry
+from ...core.declaration import AssistantTool, RiskLevel
+from ...core.registry import ToolRegistry, registry
 from ...dispatch.calls import CallContext, Decision, DispatchCancelled, Outcome
 from ...dispatch.catalog import visible_tools
 from ...dispatch.door import adispatch

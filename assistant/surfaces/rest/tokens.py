@@ -8,7 +8,8 @@ from rest_framework import exceptions, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from ...access.permissions import access_for, denials
+from ...access.caches import access_for
+from ...access.predicate import denials
 from ...access.tokens import issue
 from ...core.registry import registry
 from ...dispatch.confirmation import record_action

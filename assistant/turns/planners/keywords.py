@@ -9,10 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 
-from ...access.permissions import access_for, denials, known_domains
+from ...access.caches import access_for
+from ...access.permissions import known_domains
+from ...access.predicate import denials
 from ...access.tokens import Ceiling
+from ...core.declaration import AssistantTool
 from ...core.entities import Entity
-from ...core.registry import AssistantTool, ToolRegistry, registry
+from ...core.registry import ToolRegistry, registry
 from ...dispatch.catalog import visible_tools
 
 if TYPE_CHECKING:

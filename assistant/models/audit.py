@@ -1,0 +1,112 @@
+"""The append-only audit trail: one entry per dispatch."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar
+
+from django.conf import settings
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import models
+from django.utils import timezone
+
+from ..core.declaration import RiskLevel
+from .actions import PendingAction
+from .conversations import Conversation
+
+
+class AuditQuerySet(models.QuerySet["AuditEntry"]):
+    """Audit rows are append-only: bulk changes are refused; ``prune`` is the one way out."""
+
+    def update(self, **kwargs: Any) -> int:
+        raise TypeError("Audit entries are append-only; they cannot be updated.")
+
+    def delete(self) -> tuple[int, dict[str, int]]:
+        raise TypeError("Audit entries are append-only; use AuditEntry.objects.prune().")
+
+    def prune(self, older_than: datetime) -> int:
+        """Delete entries created before ``older_than`` (retention), returning how many went."""
+        doomed = AuditEntry.objects.filter(created_at__lt=older_than)
+        return doomed._raw_delete(doomed.db)
+
+
+class AuditEntry(models.Model):
+    """One dispatch: who asked for what, what was decided, how long it took."""
+
+    class Decision(models.TextChoices):
+        EXECUTED = "executed"
+        FAILED = "failed"
+        DENIED = "denied"
+        INVALID = "invalid"
+        UNKNOWN = "unknown"
+        CONFIRMATION_REQUESTED = "confirmation_requested"
+        CLARIFY = "clarify"  # the tool's prepare hook asked which object was meant; nothing ran
+        CONFIRMED = "confirmed"
+        CANCELLED = "cancelled"
+        EXPIRED = "expired"
+        TIMEOUT = "timeout"
+        UNAVAILABLE = "unavailable"
+        NOT_READY = "not_ready"
+        OVER_BUDGET = "over_budget"
+        CLIENT_TOOL = "client_tool"  # the model proposed one of an AG-UI client's own tools
+        OVER_LIMIT = "over_limit"  # a bound refused calls or ended a turn (count, size, time)
+
+    id = models.BigAutoField(primary_key=True)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="assistant_audit_entries",
+    )
+    username = models.CharField(max_length=150, blank=True)
+    operation = models.CharField(max_length=64)
+    domain = models.CharField(max_length=64, blank=True)
+    risk_level = models.CharField(
+        max_length=16, choices=[(level.value, level.value) for level in RiskLevel], blank=True
+    )
+    decision = models.CharField(max_length=32, choices=Decision.choices)
+    entities = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
+    duration_ms = models.FloatField(default=0)
+    error = models.TextField(blank=True)
+    reason = models.TextField(blank=True)  # the approver's reason, where the policy asks for one
+    source = models.CharField(max_length=16, blank=True)
+    client = models.CharField(
+        max_length=200, blank=True
+    )  # an MCP client's name and version, a token's name
+    request_ip = models.GenericIPAddressField(null=True, blank=True)
+    conversation = models.ForeignKey(
+        Conversation, null=True, blank=True, on_delete=models.SET_NULL, related_name="audit_entries"
+    )
+    pending_action = models.ForeignKey(
+        PendingAction,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="audit_entries",
+    )
+
+    objects: ClassVar[AuditQuerySet] = AuditQuerySet.as_manager()  # type: ignore[assignment]
+
+    class Meta:
+        ordering = ["-id"]
+        verbose_name_plural = "audit entries"
+        indexes = [
+            models.Index(fields=["created_at"], name="assistant_audit_time"),
+            models.Index(fields=["decision", "-id"], name="assistant_audit_decision"),
+            models.Index(fields=["operation", "-id"], name="assistant_audit_operation"),
+            models.Index(fields=["user", "-id"], name="assistant_audit_user"),
+            models.Index(fields=["username", "-id"], name="assistant_audit_username"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.operation} → {self.decision}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise TypeError("Audit entries are append-only; they cannot be changed.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        raise TypeError("Audit entries are append-only; use AuditEntry.objects.prune().")

@@ -1,0 +1,115 @@
+"""Conversations and their messages: what a user said and what the assistant replied."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import models
+from django.utils import timezone
+
+from ..core.storable import storable, storable_text
+
+
+class Conversation(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="assistant_conversations"
+    )
+    title = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    updated_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-updated_at"]
+        indexes = [models.Index(fields=["user", "-updated_at"], name="assistant_conv_user_recent")]
+
+    def __str__(self) -> str:
+        return self.title or str(self.id)
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        self.title = storable_text(self.title)
+        super().save(*args, **kwargs)
+
+    def touch(self) -> None:
+        """Mark the conversation as just used (it moves to the top of its user's list)."""
+        self.updated_at = timezone.now()
+        Conversation.objects.filter(pk=self.pk).update(updated_at=self.updated_at)
+
+
+class Message(models.Model):
+    class Role(models.TextChoices):
+        USER = "user"
+        ASSISTANT = "assistant"
+
+    class Status(models.TextChoices):
+        IN_PROGRESS = "in_progress"
+        COMPLETE = "complete"
+        CANCELLED = "cancelled"
+        FAILED = "failed"
+        INTERRUPTED = "interrupted"  # its server process died mid-turn (``liveness``)
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="messages"
+    )
+    role = models.CharField(max_length=16, choices=Role.choices)
+    text = models.TextField(blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.COMPLETE)
+    # [{"operation", "entities" (redacted), "decision", "text", "task_id", "audit_id"}]
+    tool_calls = models.JSONField(default=list, blank=True, encoder=DjangoJSONEncoder)
+    actions = models.JSONField(default=list, blank=True, encoder=DjangoJSONEncoder)
+    # "<user id>:<the client's Idempotency-Key>" on both messages of a REST turn sent with one;
+    # NULL (not "") when there is none, so keyless messages never collide in the constraint
+    idempotency_key = models.CharField(  # noqa: DJ001
+        max_length=255, null=True, blank=True, editable=False
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    # What a language model spent on an assistant turn (empty for keyword turns).
+    model = models.CharField(max_length=200, blank=True)
+    prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
+    completion_tokens = models.PositiveIntegerField(null=True, blank=True)
+    total_tokens = models.PositiveIntegerField(null=True, blank=True)
+    # A user message's: the server process that runs its turn (a ``ServerProcess`` name), so a
+    # turn whose process died is found; "" when none is tracked.
+    process = models.CharField(max_length=64, blank=True, default="", editable=False)
+    # A reply that called the client's own tools (AG-UI): when a run took the client's results
+    # for those calls (``take_client_results``); no second run takes them.
+    answered_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [
+            models.Index(fields=["conversation", "created_at"], name="assistant_msg_conv_time"),
+            models.Index(
+                fields=["process", "created_at"],
+                name="assistant_msg_process_time",
+                condition=~models.Q(process=""),
+            ),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["idempotency_key", "role"], name="assistant_msg_idempotency_key"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.role}: {self.text[:60]}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # A reply may carry whatever a tool or a model produced: store it storable.
+        self.text = storable_text(self.text)
+        self.tool_calls = storable(self.tool_calls)
+        self.actions = storable(self.actions)
+        super().save(*args, **kwargs)
+
+    def take_client_results(self) -> bool:
+        """Claim this reply's client tool calls for the one run their results go on in (False:
+        another run took them)."""
+        now = timezone.now()
+        taken = Message.objects.filter(pk=self.pk, answered_at__isnull=True).update(answered_at=now)
+        if taken:
+            self.answered_at = now
+        return bool(taken)
