@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from channels.layers import get_channel_layer
 
-from ..access.permissions import access_changed, credentials_changed, hearing_news
+from ..access.caches import access_changed, credentials_changed, hearing_news
 
 if TYPE_CHECKING:
     from ..core.cancellation import CancellationToken

@@ -13,7 +13,7 @@ from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import transaction
 from django.db.models.signals import m2m_changed, post_delete, post_save
 
-from ..access.permissions import USER_FLAGS, access_changed, credentials_changed
+from ..access.caches import USER_FLAGS, access_changed, credentials_changed
 from ..models import AccessToken
 from .control import CONTROL_GROUP, process_id
 from .lanes import keep

@@ -15,8 +15,9 @@ from asgiref.sync import sync_to_async
 from django.db import DatabaseError
 
 from .. import signals
+from ..access.caches import access_for
 from ..access.credentials import Credential
-from ..access.permissions import access_for, hidden_from
+from ..access.permissions import hidden_from
 from ..access.tokens import Ceiling
 from ..core.cancellation import CancellationToken
 from ..core.lifecycle import ToolSession

@@ -18,13 +18,9 @@ from channels.utils import await_many_dispatch
 from django.utils.functional import LazyObject, empty
 
 from ... import telemetry
+from ...access.caches import access_for, refresh_access, reread_access
 from ...access.credentials import Credential, of_session
-from ...access.permissions import (
-    access_for,
-    refresh_access,
-    reread_access,
-    session_user_is_inactive,
-)
+from ...access.permissions import session_user_is_inactive
 from ...access.rates import TurnRate
 from ...conf import assistant_settings
 from ...core.lifecycle import ToolSession, bind_process_session, new_session
