@@ -410,6 +410,7 @@ def overrun_sync(call: ToolCall, seconds: float = 5.0) -> ToolResult:
     risk_level="guarded",
     permission_checks=[("diagnostics", "RUN")],
     keywords=["start job"],
+    background=True,
 )
 def start_job(
     call: ToolCall,

@@ -35,17 +35,7 @@ async def awaited_job(
     query = Job.objects.visible_to(caller.user).filter(pk=outcome.result.task_id)
     while True:
         if not await sync_to_async(still_holds)(caller.bearer):
-            # revoked (or its user deactivated) while the call waited: the job goes on, but
-            # what it comes to is not this credential's to see any more
-            message = (
-                "This token stopped holding while the call waited (revoked, expired, or its "
-                "user deactivated); the job goes on."
-            )
-            return text_result(
-                f"{message} [token_revoked]",
-                data={"code": "token_revoked", "message": message},
-                error=True,
-            )
+            return revoked_result()
         job = await sync_to_async(query.first)()
         if job is None:
             return result_of(outcome)
@@ -59,11 +49,7 @@ async def awaited_job(
                 related_request_id=str(ctx.request_id),
             )
         if job.is_finished:
-            data = {"task_id": str(job.pk), "status": job.status, "data": job.result_data}
-            if job.status == Job.Status.SUCCEEDED:
-                return text_result(job.result or f"{job.operation} succeeded.", data=data)
-            text = job.error or f"{job.operation} {job.status}."
-            return text_result(f"{text} [{job.status}]", data=data, error=True)
+            return finished_result(job)
         if loop.time() >= deadline:
             return text_result(
                 f"{outcome.result.text}\nStill running: ask get_task_status with task_id "
@@ -71,3 +57,27 @@ async def awaited_job(
                 data={"task_id": str(job.pk), "status": job.status, "progress": job.progress},
             )
         await asyncio.sleep(JOB_POLL_SECONDS)
+
+
+def revoked_result() -> types.CallToolResult:
+    """The credential stopped holding while a call waited: the job goes on, but what it comes to
+    is not this credential's to see any more."""
+    message = (
+        "This token stopped holding while the call waited (revoked, expired, or its "
+        "user deactivated); the job goes on."
+    )
+    return text_result(
+        f"{message} [token_revoked]",
+        data={"code": "token_revoked", "message": message},
+        error=True,
+    )
+
+
+def finished_result(job: Job, status: str | None = None) -> types.CallToolResult:
+    """What a job came to, as its tools/call answers it (``status`` overrides the row's)."""
+    status = status or job.status
+    data = {"task_id": str(job.pk), "status": status, "data": job.result_data}
+    if status == Job.Status.SUCCEEDED:
+        return text_result(job.result or f"{job.operation} succeeded.", data=data)
+    text = job.error or f"{job.operation} {status}."
+    return text_result(f"{text} [{status}]", data=data, error=True)

@@ -17,14 +17,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
-from typing import Any
+from typing import Any, TypeVar
 
 import mcp_types as types
 from asgiref.sync import sync_to_async
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp_types.jsonrpc import METHOD_NOT_FOUND
 
 from ... import __version__
 from ...access.approvals import policy_for
@@ -34,7 +36,7 @@ from ...dispatch.calls import CallContext, Decision, DispatchCancelled, Outcome
 from ...dispatch.catalog import visible_tools
 from ...dispatch.door import adispatch
 from ...exceptions import outage
-from ...models import PendingAction
+from ...models import Job, PendingAction
 from .callers import SCOPE_KEY, Caller, caller_of, client_label
 from .confirmation import (
     ask,
@@ -47,10 +49,15 @@ from .confirmation import (
 )
 from .jobs import awaited_job
 from .results import result_of, text_result
+from .tasks import CALL_AS_TASK, TaskMethods, created_task, offers_tasks
 
 logger = logging.getLogger("assistant.mcp")
 
 SERVER_NAME = "django-ops-assistant"
+
+Answer = TypeVar("Answer")
+# what a call that started a job answers: the job's result (waited for), or a task
+JobAnswer = Callable[[ServerRequestContext[Any, Any], Caller, Outcome], Awaitable[Answer]]
 
 
 # -- tools/list -----------------------------------------------------------------------------------
@@ -62,10 +69,12 @@ def title_of(tool: AssistantTool) -> str:
     return first if len(first) <= 80 else first[:79].rstrip() + "…"
 
 
-def mcp_tool(tool: AssistantTool) -> types.Tool:
-    """One tool as MCP lists it: the LLM catalog's schema, annotations from the declaration."""
+def mcp_tool(tool: AssistantTool, *, tasks: bool = False) -> types.Tool:
+    """One tool as MCP lists it: the LLM catalog's schema, annotations from the declaration;
+    with ``tasks``, a background tool may be called as a task."""
     read_only = tool.risk_level is RiskLevel.SAFE
     title = title_of(tool)
+    execution = types.ToolExecution(task_support="optional") if tasks and tool.background else None
     return types.Tool(
         name=tool.operation,
         title=title,
@@ -78,6 +87,7 @@ def mcp_tool(tool: AssistantTool) -> types.Tool:
             idempotent_hint=tool.idempotent,
             open_world_hint=tool.open_world,
         ),
+        execution=execution,
     )
 
 
@@ -109,14 +119,33 @@ def build_server(*, site: ToolRegistry = registry, lifespan: Any = None) -> Serv
             caller.user, site=site, ceiling=caller.bearer.ceiling
         )
         return types.ListToolsResult(
-            tools=[mcp_tool(tool) for tool in tools], ttl_ms=0, cache_scope="private"
+            tools=[mcp_tool(tool, tasks=offers_tasks(ctx)) for tool in tools],
+            ttl_ms=0,
+            cache_scope="private",
         )
 
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
+        return await answered(ctx, params, awaited_job)
+
+    async def call_as_task(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult | dict[str, Any]:
+        """A task-augmented call: the job it starts is the task (other outcomes answer as usual)."""
+        tool = site.find(params.name)
+        if tool is None or not tool.background:
+            message = f"{params.name} does not run as a task: call it without params.task."
+            raise MCPError(METHOD_NOT_FOUND, message, {"code": "task_not_supported"})
+        return await answered(ctx, params, started_task)
+
+    async def answered(
+        ctx: ServerRequestContext[Any, Any],
+        params: types.CallToolRequestParams,
+        on_job: JobAnswer[Answer],
+    ) -> types.CallToolResult | types.InputRequiredResult | Answer:
         try:
-            return await called(ctx, params)
+            return await called(ctx, params, on_job)
         except Exception as exc:
             unavailable = outage(exc)
             if unavailable is None:
@@ -128,8 +157,10 @@ def build_server(*, site: ToolRegistry = registry, lifespan: Any = None) -> Serv
             )
 
     async def called(
-        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult | types.InputRequiredResult:
+        ctx: ServerRequestContext[Any, Any],
+        params: types.CallToolRequestParams,
+        on_job: JobAnswer[Answer],
+    ) -> types.CallToolResult | types.InputRequiredResult | Answer:
         caller = caller_of(ctx)
         context = CallContext(
             user=caller.user,
@@ -159,7 +190,7 @@ def build_server(*, site: ToolRegistry = registry, lifespan: Any = None) -> Serv
                 await sync_to_async(mark_requested)(action, key)
             return await ask(ctx, caller, context, action)
         if outcome.ok and outcome.result is not None and outcome.result.task_id:
-            return await awaited_job(ctx, caller, outcome)
+            return await on_job(ctx, caller, outcome)
         return result_of(outcome)
 
     options: dict[str, Any] = {"lifespan": lifespan} if lifespan is not None else {}
@@ -172,7 +203,18 @@ def build_server(*, site: ToolRegistry = registry, lifespan: Any = None) -> Serv
         on_call_tool=call_tool,
         **options,
     )
+    server.add_request_handler(CALL_AS_TASK, types.CallToolRequestParams, call_as_task)
+    TaskMethods(site).register(server)
     return server
+
+
+async def started_task(
+    ctx: ServerRequestContext[Any, Any], caller: Caller, outcome: Outcome
+) -> dict[str, Any]:
+    """``CreateTaskResult`` for the job a call started."""
+    assert outcome.result is not None and outcome.result.task_id is not None
+    job = await sync_to_async(Job.objects.get)(pk=outcome.result.task_id)
+    return created_task(job, outcome.result.text)
 
 
 def stdio_lifespan(caller: Caller) -> Callable[[Server[Any]], Any]:
