@@ -52,6 +52,7 @@ class WireSession:
         self.ids = itertools.count(1)
         self.session_id = ""
         self.initialized: dict[str, Any] = {}
+        self.notifications: list[dict[str, Any]] = []  # what came on the requests' streams
 
     async def __aenter__(self) -> WireSession:
         self.initialized = await self.request(
@@ -95,6 +96,7 @@ class WireSession:
             ]
         else:
             answers = [response.json()]
+        self.notifications += [each for each in answers if "id" not in each]
         [answer] = [each for each in answers if each.get("id") == request_id]
         if "error" in answer:
             raise WireError(answer["error"])

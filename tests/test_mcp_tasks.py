@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import mcp_types as types
 import pytest
-from asgiref.sync import sync_to_async
+from asgiref.sync import async_to_sync, sync_to_async
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from assistant.access import tokens
 from assistant.models import AuditEntry, Job
 from tests.mcp_clients import WireError, WireSession, mcp_client, server_processes
 from tests.race_jobs import workers as workers  # a fixture
+from tests.test_mcp_fuzz import EXAMPLES, json_values
+from tests.testapp.models import Order
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -147,12 +153,18 @@ async def test_cancelling_a_task_stops_its_job_audited_as_the_rest_api_does(
         ]
         got = await wire.request("tasks/get", {"taskId": str(running.pk)})
         result = await wire.request("tasks/result", {"taskId": str(running.pk)})
+        await sync_to_async(running.finish)("succeeded", result="finished anyway")
+        finished = await wire.request("tasks/get", {"taskId": str(running.pk)})
+        late = await wire.request("tasks/result", {"taskId": str(running.pk)})
         with pytest.raises(WireError) as again:
             await wire.request("tasks/cancel", {"taskId": str(queued.pk)})
     assert [task["status"] for task in stopped] == ["cancelled", "cancelled"]
     assert got["status"] == "cancelled"  # its worker has not stopped yet: the task stays so
     assert result["isError"] is True
     assert result["structuredContent"]["status"] == "cancelled"
+    # its handler finished after all: the task stays cancelled, as the spec wants
+    assert (finished["status"], late["isError"]) == ("cancelled", True)
+    assert late["structuredContent"]["status"] == "cancelled"
     assert (again.value.code, again.value.data) == (-32602, {"code": "task_finished"})
     await sync_to_async(queued.refresh_from_db)()
     await sync_to_async(running.refresh_from_db)()
@@ -181,6 +193,30 @@ async def test_a_result_waits_within_mcp_job_wait_then_says_the_task_still_works
     assert (waited.value.code, waited.value.data) == (-32000, {"code": "task_working"})
 
 
+async def test_a_result_awaited_with_a_progress_token_reports_the_jobs_progress_meanwhile(
+    asgi_live_server: str, diagnostician: Any
+) -> None:
+    job = await sync_to_async(a_job)(diagnostician, status="running", progress=10)
+
+    async def work() -> None:
+        await asyncio.sleep(0.6)
+        await sync_to_async(job.report)(60, "half way")
+        await asyncio.sleep(0.6)
+        await sync_to_async(job.finish)("succeeded", result="done")
+
+    asked = {"taskId": str(job.pk), "_meta": {"progressToken": "p1"}}
+    async with WireSession(asgi_live_server, await issue(diagnostician), TASKS) as wire:
+        result, _ = await asyncio.gather(wire.request("tasks/result", asked), work())
+    progress = [n["params"] for n in wire.notifications if n["method"] == "notifications/progress"]
+    assert [(p["progress"], p.get("message")) for p in progress] == [
+        (10.0, None),
+        (60.0, "half way"),
+    ]
+    related = {"io.modelcontextprotocol/related-task": {"taskId": str(job.pk)}}
+    assert all(p["progressToken"] == "p1" and p["_meta"] == related for p in progress)
+    assert result["content"][0]["text"] == "done"
+
+
 async def test_the_stateless_revision_has_no_tasks_methods(
     asgi_live_server: str, diagnostician: Any
 ) -> None:
@@ -195,6 +231,38 @@ async def test_the_stateless_revision_has_no_tasks_methods(
     assert all(tool.execution is None for tool in listed.tools)
 
 
+async def answer(base_url: str, secret: str, method: str, params: Any) -> httpx2.Response:
+    body = json.dumps({"jsonrpc": "2.0", "id": 99, "method": method, "params": params})
+    async with WireSession(base_url, secret, TASKS) as wire:
+        headers = {**wire.headers(), "Content-Type": "application/json"}
+        return await wire.http.post(wire.url, content=body, headers=headers)
+
+
+@pytest.mark.slow  # a session of its own per example
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    method=st.sampled_from(["tasks/get", "tasks/result", "tasks/list", "tasks/cancel"]),
+    params=st.dictionaries(st.sampled_from(["taskId", "cursor", "_meta", "x"]), json_values)
+    | json_values,
+)
+def test_any_tasks_request_is_answered_never_with_an_internal_error(
+    asgi_live_server: str, fuzz_secret: str, method: str, params: Any
+) -> None:
+    response = async_to_sync(answer)(asgi_live_server, fuzz_secret, method, params)
+    assert response.status_code < 500, response.text
+    assert '"code":-32603' not in response.text.replace(" ", ""), response.text
+
+
+@pytest.fixture
+def fuzz_secret(diagnostician: Any) -> str:
+    a_job(diagnostician, status="running")  # something to find, for the ids that are real
+    return tokens.issue(diagnostician, name="fuzz")[1]
+
+
 # -- a task outlives the process that started it --------------------------------------------------
 
 
@@ -204,7 +272,7 @@ async def test_a_task_started_on_one_process_is_followed_and_collected_on_anothe
 ) -> None:
     secret = await issue(diagnostician)
     await sync_to_async(workers.start)()
-    arguments = {"kind": "wait", "seconds": 4}
+    arguments = {"kind": "until", "seconds": 60}  # until the test creates an order named "go"
     with server_processes(["daphne"], tmp_path, settings="tests.worker_settings") as [second]:
         with server_processes(["uvicorn"], tmp_path, settings="tests.worker_settings") as [first]:
             async with WireSession(first, secret, TASKS) as wire:
@@ -220,9 +288,10 @@ async def test_a_task_started_on_one_process_is_followed_and_collected_on_anothe
                     types.GetTaskResult,
                 )
                 seen.append((got.status, got.status_message))
-                if got.status_message == "10%: waiting":
+                if got.status_message == "10%: waiting for go":
                     break
                 await asyncio.sleep(0.1)
+            await sync_to_async(Order.objects.create)(reference="go")
             result = await client.session.send_request(
                 types.GetTaskPayloadRequest(
                     params=types.GetTaskPayloadRequestParams(task_id=task_id)
@@ -233,8 +302,8 @@ async def test_a_task_started_on_one_process_is_followed_and_collected_on_anothe
                 types.ListTasksRequest(), types.ListTasksResult
             )
     assert created["task"]["status"] == "working"
-    assert seen[-1] == ("working", "10%: waiting"), seen  # the worker's progress, read elsewhere
-    assert result.content[0].text == "waited"
+    assert seen[-1] == ("working", "10%: waiting for go"), seen  # the worker's, read elsewhere
+    assert result.content[0].text == "went"
     assert result.structured_content["status"] == "succeeded"
     assert [task.task_id for task in listed.tasks] == [task_id]
     assert listed.tasks[0].status == "completed"

@@ -133,6 +133,8 @@ def build_server(*, site: ToolRegistry = registry, lifespan: Any = None) -> Serv
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult | dict[str, Any]:
         """A task-augmented call: the job it starts is the task (other outcomes answer as usual)."""
+        if not offers_tasks(ctx):  # reached by its name, not through route_tasks
+            raise MCPError(METHOD_NOT_FOUND, "Method not found", CALL_AS_TASK)
         tool = site.find(params.name)
         if tool is None or not tool.background:
             message = f"{params.name} does not run as a task: call it without params.task."

@@ -34,7 +34,7 @@ from ...dispatch.confirmation import stop_job
 from ...exceptions import JobNotFound
 from ...models import Job, JobQuerySet
 from .callers import Caller, caller_of, client_label
-from .jobs import JOB_POLL_SECONDS, finished_result, revoked_result
+from .jobs import JOB_POLL_SECONDS, finished_result, report_progress, revoked_result
 
 TASKS_REVISION = "2025-11-25"  # tasks are core there; 2026-07-28 moved them to an extension
 # the method a task-augmented tools/call is routed to (past the SDK's CallToolResult check)
@@ -198,12 +198,16 @@ class TaskMethods:
     async def result(
         self, ctx: ServerRequestContext[Any, Any], params: types.GetTaskPayloadRequestParams
     ) -> dict[str, Any]:
-        """The tool result the job came to, once it has come to one (within ``MCP_JOB_WAIT``)."""
+        """The tool result the job came to, once it has come to one (within ``MCP_JOB_WAIT``),
+        with progress meanwhile when the request carries a ``progressToken``."""
         caller = self.caller(ctx)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + assistant_settings.MCP_JOB_WAIT
         job = await self.job(ctx, params.task_id)
+        related = {RELATED_TASK: {"taskId": str(job.pk)}}
+        reported: tuple[int, str] | None = None
         while task_status(job) == "working":
+            reported = await report_progress(ctx, job, reported, related)
             if loop.time() >= deadline:
                 message = (
                     "The task is still working: poll tasks/get, then ask for its result again."
@@ -214,9 +218,10 @@ class TaskMethods:
         if not await sync_to_async(still_holds)(caller.bearer):
             answer = revoked_result()
         else:
-            answer = finished_result(job, None if job.is_finished else Job.Status.CANCELLED)
+            cancelled = task_status(job) == "cancelled"
+            answer = finished_result(job, Job.Status.CANCELLED if cancelled else None)
         dumped = answer.model_dump(by_alias=True, mode="json", exclude_none=True)
-        return {**dumped, "_meta": {RELATED_TASK: {"taskId": str(job.pk)}}}
+        return {**dumped, "_meta": related}
 
     async def cancel(
         self, ctx: ServerRequestContext[Any, Any], params: types.CancelTaskRequestParams
