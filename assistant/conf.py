@@ -170,7 +170,8 @@ SETTINGS: dict[str, Setting] = {
         expected="a number of seconds (0 or more)",
         example="120",
         doc="how long an MCP call that started a job waits for its result, reporting progress "
-        "(the job outlives the wait; get_task_status reaches it)",
+        "(the job outlives the wait; get_task_status reaches it), and how long tasks/result "
+        "waits for a task still working",
         kind=float,
     ),
     "MCP_MAX_SESSIONS_PER_CREDENTIAL": Setting(

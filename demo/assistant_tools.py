@@ -176,6 +176,7 @@ class DemoDatabase(SQLInspector):
     risk_level="guarded",
     permission_checks=[("users", "READ")],
     keywords=["user report", "report on users"],
+    background=True,
 )
 def user_report(
     call: ToolCall,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
+import json
 import os
 import subprocess
 import sys
@@ -11,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
-from django.db import connection
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from tests.race_jobs import database_url
 from tests.test_channel_layers import ROOT, free_port, wait_until_listening
 
 MODES = ["legacy", "2026-07-28"]  # the 2025-11-25 handshake, and the stateless revision
@@ -28,13 +30,77 @@ def mcp_client(base_url: str, secret: str | None, mode: str = "legacy", **option
     return Client(streamable_http_client(base_url + PATH, http_client=http), mode=mode, **options)
 
 
-def database_url() -> str:
-    """The test database, as a server process started by a test reaches it."""
-    db = connection.settings_dict
-    if db["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{db['NAME']}"
-    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
-    return f"postgres://{db['USER']}{password}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
+class WireError(Exception):
+    """A JSON-RPC error answer: its code, message and data."""
+
+    def __init__(self, error: dict[str, Any]) -> None:
+        super().__init__(error["code"], error["message"])
+        self.code: int = error["code"]
+        self.data: Any = error.get("data")
+
+
+class WireSession:
+    """A 2025-11-25 session spoken by hand over Streamable HTTP: for what the official client
+    cannot send (a task-augmented ``tools/call``), as clients of the tasks utility send it."""
+
+    def __init__(self, base_url: str, secret: str, capabilities: dict[str, Any]) -> None:
+        self.url = base_url + PATH
+        self.capabilities = capabilities
+        self.http = httpx2.AsyncClient(
+            headers={"Authorization": f"Bearer {secret}"}, timeout=httpx2.Timeout(30, read=60)
+        )
+        self.ids = itertools.count(1)
+        self.session_id = ""
+        self.initialized: dict[str, Any] = {}
+        self.notifications: list[dict[str, Any]] = []  # what came on the requests' streams
+
+    async def __aenter__(self) -> WireSession:
+        self.initialized = await self.request(
+            "initialize",
+            {
+                "protocolVersion": "2025-11-25",
+                "capabilities": self.capabilities,
+                "clientInfo": {"name": "wire-client", "version": "1"},
+            },
+        )
+        await self.post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        with contextlib.suppress(httpx2.HTTPError):
+            await self.http.delete(self.url, headers=self.headers())
+        await self.http.aclose()
+
+    def headers(self) -> dict[str, str]:
+        headers = {"Accept": "application/json, text/event-stream"}
+        if self.session_id:
+            headers |= {"Mcp-Session-Id": self.session_id, "MCP-Protocol-Version": "2025-11-25"}
+        return headers
+
+    async def post(self, message: dict[str, Any]) -> httpx2.Response:
+        response = await self.http.post(self.url, json=message, headers=self.headers())
+        self.session_id = response.headers.get("mcp-session-id", self.session_id)
+        return response
+
+    async def request(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        """The request's result; a JSON-RPC error raises ``WireError``."""
+        request_id = next(self.ids)
+        message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}}
+        response = await self.post(message)
+        assert response.status_code == 200, response.text
+        if response.headers["content-type"].startswith("text/event-stream"):
+            answers = [
+                json.loads(line[len("data:") :])
+                for line in response.text.splitlines()
+                if line.startswith("data:") and line[len("data:") :].strip()
+            ]
+        else:
+            answers = [response.json()]
+        self.notifications += [each for each in answers if "id" not in each]
+        [answer] = [each for each in answers if each.get("id") == request_id]
+        if "error" in answer:
+            raise WireError(answer["error"])
+        return answer["result"]
 
 
 def server_command(kind: str, port: int) -> list[str]:
@@ -46,11 +112,13 @@ def server_command(kind: str, port: int) -> list[str]:
 
 
 @contextlib.contextmanager
-def server_processes(kinds: list[str], tmp_path: Path) -> Iterator[list[str]]:
+def server_processes(
+    kinds: list[str], tmp_path: Path, settings: str = "tests.settings"
+) -> Iterator[list[str]]:
     """The test project served by these ASGI servers, one process each, on the test database."""
     env = {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DJANGO_SETTINGS_MODULE": settings,
         "DATABASE_URL": database_url(),
     }
     processes: list[tuple[int, subprocess.Popen[bytes], Path]] = []

@@ -270,6 +270,7 @@ DEFINITION_ERRORS = [
     pytest.param(no_entities, {"domain": " "}, "domain", id="blank-domain"),
     pytest.param(no_entities, {"description": ""}, "description", id="blank-description"),
     pytest.param(no_entities, {"keywords": ["ok", " "]}, "keywords", id="blank-keyword"),
+    pytest.param(no_entities, {"background": "yes"}, "background must be", id="text-background"),
 ]
 
 

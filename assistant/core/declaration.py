@@ -62,6 +62,8 @@ class AssistantTool:
     # reaches beyond this project (the internet, another system). None: not declared.
     idempotent: bool | None = None
     open_world: bool | None = None
+    # the handler hands its work to a job and returns its task_id (MCP clients may call it as a task)
+    background: bool = False
 
     @classmethod
     def declare(
@@ -85,6 +87,7 @@ class AssistantTool:
         method: bool = False,
         idempotent: bool | None = None,
         open_world: bool | None = None,
+        background: bool = False,
     ) -> AssistantTool:
         """Build a tool from a declaration, raising ``ToolDefinitionError`` for anything unsafe."""
         if not isinstance(operation, str) or not OPERATION_RE.match(operation):
@@ -159,6 +162,8 @@ class AssistantTool:
         for hint, value in (("idempotent", idempotent), ("open_world", open_world)):
             if value is not None and not isinstance(value, bool):
                 raise fail(f"{hint} must be True, False or None")
+        if not isinstance(background, bool):
+            raise fail("background must be True or False")
 
         return cls(
             operation=operation,
@@ -184,6 +189,7 @@ class AssistantTool:
             prepare_is_async=inspect.iscoroutinefunction(prepare),
             idempotent=idempotent,
             open_world=open_world,
+            background=background,
         )
 
     @property

@@ -251,6 +251,7 @@ def assistant_tool(
     prepare: Callable[..., Any] | None = None,
     idempotent: bool | None = None,
     open_world: bool | None = None,
+    background: bool = False,
     site: ToolRegistry | None = None,
 ) -> Callable[[F], F]:
     """Declare a handler as an assistant tool; registers it and returns the function unchanged."""
@@ -276,6 +277,7 @@ def assistant_tool(
             prepare=prepare,
             idempotent=idempotent,
             open_world=open_world,
+            background=background,
         )
         if not method:  # a Toolset method is registered with its class (@register_toolset)
             (site if site is not None else registry).register(tool)

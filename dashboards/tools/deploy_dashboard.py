@@ -86,6 +86,7 @@ def prepare(
     permission_checks=[("dashboards", "DEPLOY")],
     keywords=["deploy dashboard", "deploy", "promote dashboard", "promote"],
     prepare=prepare,
+    background=True,
 )
 def deploy_dashboard(
     call: ToolCall,

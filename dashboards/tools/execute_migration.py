@@ -107,6 +107,7 @@ def prepare(
     permission_checks=[("dashboards", "MIGRATE")],
     keywords=["execute migration", "migrate dashboards", "migration", "migrate"],
     prepare=prepare,
+    background=True,
 )
 def execute_migration(
     call: ToolCall,

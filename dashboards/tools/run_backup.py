@@ -20,6 +20,7 @@ from ..references import EnvironmentName, require, resolve_environment
     risk_level="guarded",
     permission_checks=[("dashboards", "BACKUP")],
     keywords=["run backup", "back up", "backup"],
+    background=True,
 )
 def run_backup(
     call: ToolCall,

@@ -26,6 +26,7 @@ from ..references import (
     risk_level="guarded",
     permission_checks=[("dashboards", "DOCUMENT")],
     keywords=["document dashboard", "write documentation", "documentation", "document"],
+    background=True,
 )
 def run_llm_documentation(
     call: ToolCall,

@@ -410,10 +410,11 @@ def overrun_sync(call: ToolCall, seconds: float = 5.0) -> ToolResult:
     risk_level="guarded",
     permission_checks=[("diagnostics", "RUN")],
     keywords=["start job"],
+    background=True,
 )
 def start_job(
     call: ToolCall,
-    kind: Literal["count", "wait", "explode"] = "count",
+    kind: Literal["count", "wait", "until", "explode"] = "count",
     steps: int = 3,
     seconds: float = 30.0,
 ) -> ToolResult:
@@ -421,6 +422,8 @@ def start_job(
         job = call.jobs.enqueue(jobs.count_orders, steps)
     elif kind == "wait":
         job = call.jobs.enqueue(jobs.wait_for_cancel, seconds)
+    elif kind == "until":
+        job = call.jobs.enqueue(jobs.wait_for_go, seconds)
     else:
         job = call.jobs.enqueue(jobs.explode)
     return ToolResult(text=f"started {kind} job {job.pk}", task_id=str(job.pk))

@@ -26,6 +26,18 @@ def wait_for_cancel(job: JobContext, seconds: float = 30.0) -> str:
     return "waited"
 
 
+def wait_for_go(job: JobContext, seconds: float = 30.0) -> str:
+    """Runs until an order named "go" exists (the test says when), or ``seconds`` pass."""
+    job.report(10, "waiting for go")
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if Order.objects.filter(reference="go").exists():
+            return "went"
+        if job.cancel.wait(0.05):
+            return "stopped"
+    return "waited"
+
+
 def explode(job: JobContext) -> str:
     job.report(50, "about to fail")
     raise RuntimeError("the job blew up")

@@ -27,7 +27,6 @@ async def awaited_job(
 ) -> types.CallToolResult:
     """A call that started a job: progress while the request is open, then the job's result."""
     assert outcome.result is not None and outcome.result.task_id is not None
-    progress_token = ctx.meta.get("progress_token") if ctx.meta else None
     wait = assistant_settings.MCP_JOB_WAIT
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
@@ -37,34 +36,12 @@ async def awaited_job(
         job = await sync_to_async(query.first)()
         # the credential is asked after the job is read: what it shows was read while it held
         if not await sync_to_async(still_holds)(caller.bearer):
-            # revoked (or its user deactivated) while the call waited: the job goes on, but
-            # what it comes to is not this credential's to see any more
-            message = (
-                "This token stopped holding while the call waited (revoked, expired, or its "
-                "user deactivated); the job goes on."
-            )
-            return text_result(
-                f"{message} [token_revoked]",
-                data={"code": "token_revoked", "message": message},
-                error=True,
-            )
+            return revoked_result()
         if job is None:
             return result_of(outcome)
-        if progress_token is not None and (job.progress, job.progress_message) != reported:
-            reported = (job.progress, job.progress_message)
-            await ctx.session.send_progress_notification(
-                progress_token,
-                float(job.progress),
-                100.0,
-                job.progress_message or None,
-                related_request_id=str(ctx.request_id),
-            )
+        reported = await report_progress(ctx, job, reported)
         if job.is_finished:
-            data = {"task_id": str(job.pk), "status": job.status, "data": job.result_data}
-            if job.status == Job.Status.SUCCEEDED:
-                return text_result(job.result or f"{job.operation} succeeded.", data=data)
-            text = job.error or f"{job.operation} {job.status}."
-            return text_result(f"{text} [{job.status}]", data=data, error=True)
+            return finished_result(job)
         if loop.time() >= deadline:
             return text_result(
                 f"{outcome.result.text}\nStill running: ask get_task_status with task_id "
@@ -72,3 +49,51 @@ async def awaited_job(
                 data={"task_id": str(job.pk), "status": job.status, "progress": job.progress},
             )
         await asyncio.sleep(JOB_POLL_SECONDS)
+
+
+def revoked_result() -> types.CallToolResult:
+    """The credential stopped holding while a call waited: the job goes on, but what it comes to
+    is not this credential's to see any more."""
+    message = (
+        "This token stopped holding while the call waited (revoked, expired, or its "
+        "user deactivated); the job goes on."
+    )
+    return text_result(
+        f"{message} [token_revoked]",
+        data={"code": "token_revoked", "message": message},
+        error=True,
+    )
+
+
+def finished_result(job: Job, status: str | None = None) -> types.CallToolResult:
+    """What a job came to, as its tools/call answers it (``status`` overrides the row's)."""
+    status = status or job.status
+    data = {"task_id": str(job.pk), "status": status, "data": job.result_data}
+    if status == Job.Status.SUCCEEDED:
+        return text_result(job.result or f"{job.operation} succeeded.", data=data)
+    text = job.error or f"{job.operation} {status}."
+    return text_result(f"{text} [{status}]", data=data, error=True)
+
+
+async def report_progress(
+    ctx: ServerRequestContext[Any, Any],
+    job: Job,
+    reported: tuple[int, str] | None,
+    meta: dict[str, Any] | None = None,
+) -> tuple[int, str] | None:
+    """``notifications/progress`` on the request's stream when it carries a ``progressToken``
+    and the job moved since ``reported``; returns what has been reported now."""
+    token = ctx.meta.get("progress_token") if ctx.meta else None
+    now = (job.progress, job.progress_message)
+    if token is None or now == reported:
+        return reported
+    params = types.ProgressNotificationParams(
+        progress_token=token,
+        progress=float(job.progress),
+        total=100.0,
+        message=job.progress_message or None,
+        _meta=meta,
+    )
+    notification = types.ProgressNotification(params=params)
+    await ctx.session.send_notification(notification, str(ctx.request_id))
+    return now

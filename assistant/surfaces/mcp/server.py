@@ -17,14 +17,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager, suppress
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractContextManager, asynccontextmanager, suppress
+from typing import Any, TypeVar
 
 import mcp_types as types
 from asgiref.sync import sync_to_async
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp_types.jsonrpc import METHOD_NOT_FOUND
 
 from ... import __version__, telemetry
 from ...access.approvals import policy_for
@@ -35,7 +37,7 @@ from ...dispatch.calls import CallContext, Decision, DispatchCancelled, Outcome
 from ...dispatch.catalog import visible_tools
 from ...dispatch.door import adispatch
 from ...exceptions import outage
-from ...models import PendingAction
+from ...models import Job, PendingAction
 from .callers import SCOPE_KEY, Caller, caller_of, client_label
 from .confirmation import (
     ask,
@@ -48,10 +50,15 @@ from .confirmation import (
 )
 from .jobs import awaited_job
 from .results import result_of, text_result
+from .tasks import CALL_AS_TASK, TaskMethods, created_task, offers_tasks
 
 logger = logging.getLogger("assistant.mcp")
 
 SERVER_NAME = "django-ops-assistant"
+
+Answer = TypeVar("Answer")
+# what a call that started a job answers: the job's result (waited for), or a task
+JobAnswer = Callable[[ServerRequestContext[Any, Any], Caller, Outcome], Awaitable[Answer]]
 
 
 # -- tools/list -----------------------------------------------------------------------------------
@@ -63,10 +70,12 @@ def title_of(tool: AssistantTool) -> str:
     return first if len(first) <= 80 else first[:79].rstrip() + "…"
 
 
-def mcp_tool(tool: AssistantTool) -> types.Tool:
-    """One tool as MCP lists it: the LLM catalog's schema, annotations from the declaration."""
+def mcp_tool(tool: AssistantTool, *, tasks: bool = False) -> types.Tool:
+    """One tool as MCP lists it: the LLM catalog's schema, annotations from the declaration;
+    with ``tasks``, a background tool may be called as a task."""
     read_only = tool.risk_level is RiskLevel.SAFE
     title = title_of(tool)
+    execution = types.ToolExecution(task_support="optional") if tasks and tool.background else None
     return types.Tool(
         name=tool.operation,
         title=title,
@@ -79,6 +88,7 @@ def mcp_tool(tool: AssistantTool) -> types.Tool:
             idempotent_hint=tool.idempotent,
             open_world_hint=tool.open_world,
         ),
+        execution=execution,
     )
 
 
@@ -110,24 +120,45 @@ def build_server(*, site: ToolRegistry = registry, lifespan: Any = None) -> Serv
             caller.user, site=site, ceiling=caller.bearer.ceiling
         )
         return types.ListToolsResult(
-            tools=[mcp_tool(tool) for tool in tools], ttl_ms=0, cache_scope="private"
+            tools=[mcp_tool(tool, tasks=offers_tasks(ctx)) for tool in tools],
+            ttl_ms=0,
+            cache_scope="private",
         )
 
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
-        scope = getattr(ctx.request, "scope", None)
-        carrier = telemetry.carrier_of(scope.get("headers") if isinstance(scope, dict) else None)
-        attributes = {"mcp.method.name": "tools/call", "gen_ai.tool.name": params.name}
-        attributes["gen_ai.operation.name"] = "execute_tool"
-        with telemetry.server_span(f"tools/call {params.name}", carrier, attributes):
-            return await answered_call(ctx, params)
+        with traced(ctx, params):
+            return await answered(ctx, params, awaited_job)
 
-    async def answered_call(
+    async def call_as_task(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult | types.InputRequiredResult:
+    ) -> types.CallToolResult | types.InputRequiredResult | dict[str, Any]:
+        """A task-augmented call: the job it starts is the task (other outcomes answer as usual)."""
+        if not offers_tasks(ctx):  # reached by its name, not through route_tasks
+            raise MCPError(METHOD_NOT_FOUND, "Method not found", CALL_AS_TASK)
+        tool = site.find(params.name)
+        # only a tool the caller sees is told apart: any other is refused by dispatch, as unknown
+        if tool is not None and not tool.background and await shown_to(ctx, tool):
+            message = f"{params.name} does not run as a task: call it without params.task."
+            raise MCPError(METHOD_NOT_FOUND, message, {"code": "task_not_supported"})
+        with traced(ctx, params):
+            return await answered(ctx, params, started_task)
+
+    async def shown_to(ctx: ServerRequestContext[Any, Any], tool: AssistantTool) -> bool:
+        caller = caller_of(ctx)
+        tools = await sync_to_async(visible_tools)(
+            caller.user, site=site, ceiling=caller.bearer.ceiling
+        )
+        return any(shown.operation == tool.operation for shown in tools)
+
+    async def answered(
+        ctx: ServerRequestContext[Any, Any],
+        params: types.CallToolRequestParams,
+        on_job: JobAnswer[Answer],
+    ) -> types.CallToolResult | types.InputRequiredResult | Answer:
         try:
-            return await called(ctx, params)
+            return await called(ctx, params, on_job)
         except Exception as exc:
             unavailable = outage(exc)
             if unavailable is None:
@@ -139,8 +170,10 @@ def build_server(*, site: ToolRegistry = registry, lifespan: Any = None) -> Serv
             )
 
     async def called(
-        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult | types.InputRequiredResult:
+        ctx: ServerRequestContext[Any, Any],
+        params: types.CallToolRequestParams,
+        on_job: JobAnswer[Answer],
+    ) -> types.CallToolResult | types.InputRequiredResult | Answer:
         caller = caller_of(ctx)
         context = CallContext(
             user=caller.user,
@@ -170,7 +203,7 @@ def build_server(*, site: ToolRegistry = registry, lifespan: Any = None) -> Serv
                 await sync_to_async(mark_requested)(action, key)
             return await ask(ctx, caller, context, action)
         if outcome.ok and outcome.result is not None and outcome.result.task_id:
-            return await awaited_job(ctx, caller, outcome)
+            return await on_job(ctx, caller, outcome)
         return result_of(outcome)
 
     options: dict[str, Any] = {"lifespan": lifespan} if lifespan is not None else {}
@@ -183,7 +216,18 @@ def build_server(*, site: ToolRegistry = registry, lifespan: Any = None) -> Serv
         on_call_tool=call_tool,
         **options,
     )
+    server.add_request_handler(CALL_AS_TASK, types.CallToolRequestParams, call_as_task)
+    TaskMethods(site).register(server)
     return server
+
+
+async def started_task(
+    ctx: ServerRequestContext[Any, Any], caller: Caller, outcome: Outcome
+) -> dict[str, Any]:
+    """``CreateTaskResult`` for the job a call started."""
+    assert outcome.result is not None and outcome.result.task_id is not None
+    job = await sync_to_async(Job.objects.get)(pk=outcome.result.task_id)
+    return created_task(job, outcome.result.text)
 
 
 def stdio_lifespan(caller: Caller) -> Callable[[Server[Any]], Any]:
@@ -192,3 +236,17 @@ def stdio_lifespan(caller: Caller) -> Callable[[Server[Any]], Any]:
         yield {SCOPE_KEY: caller}
 
     return lifespan
+
+
+def traced(
+    ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+) -> AbstractContextManager[Any]:
+    """A tools/call's server span, continuing the caller's trace (a no-op unless telemetry is on)."""
+    scope = getattr(ctx.request, "scope", None)
+    carrier = telemetry.carrier_of(scope.get("headers") if isinstance(scope, dict) else None)
+    attributes = {
+        "mcp.method.name": "tools/call",
+        "gen_ai.tool.name": params.name,
+        "gen_ai.operation.name": "execute_tool",
+    }
+    return telemetry.server_span(f"tools/call {params.name}", carrier, attributes)
