@@ -15,6 +15,8 @@ from django.db import models, transaction
 from django.db.models import ExpressionWrapper, Value
 from django.db.models.functions import Now
 from django.utils import timezone
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from . import signals
 from .core.redaction import hidden_entities, redacted, redacted_entities
@@ -38,7 +40,7 @@ class Tool(models.Model):
     class Meta:
         managed = False
         default_permissions = ()
-        verbose_name = "assistant tool"
+        verbose_name = _("assistant tool")
 
     def __str__(self) -> str:
         return "assistant tool"
@@ -72,15 +74,15 @@ class Conversation(models.Model):
 
 class Message(models.Model):
     class Role(models.TextChoices):
-        USER = "user"
-        ASSISTANT = "assistant"
+        USER = "user", _("User")
+        ASSISTANT = "assistant", _("Assistant")
 
     class Status(models.TextChoices):
-        IN_PROGRESS = "in_progress"
-        COMPLETE = "complete"
-        CANCELLED = "cancelled"
-        FAILED = "failed"
-        INTERRUPTED = "interrupted"  # its server process died mid-turn (``liveness``)
+        IN_PROGRESS = "in_progress", _("In Progress")
+        COMPLETE = "complete", _("Complete")
+        CANCELLED = "cancelled", _("Cancelled")
+        FAILED = "failed", _("Failed")
+        INTERRUPTED = "interrupted", _("Interrupted")  # its server process died mid-turn (``liveness``)
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     conversation = models.ForeignKey(
@@ -263,18 +265,18 @@ class PendingAction(models.Model):
     """A risky call waiting for its user's confirmation: single use, bound to its arguments, expiring."""
 
     class Status(models.TextChoices):
-        PENDING = "pending"
-        CONFIRMED = "confirmed"
-        CANCELLED = "cancelled"
-        EXPIRED = "expired"
+        PENDING = "pending", _("Pending")
+        CONFIRMED = "confirmed", _("Confirmed")
+        CANCELLED = "cancelled", _("Cancelled")
+        EXPIRED = "expired", _("Expired")
 
     class Policy(models.TextChoices):
         """Who may approve, and how: from the tool's risk class unless settings say otherwise."""
 
-        AUTO = "auto"
-        CONFIRM = "confirm"
-        CONFIRM_WITH_REASON = "confirm_with_reason"
-        TWO_PERSON = "two_person"
+        AUTO = "auto", _("Auto")
+        CONFIRM = "confirm", _("Confirm")
+        CONFIRM_WITH_REASON = "confirm_with_reason", _("Confirm With Reason")
+        TWO_PERSON = "two_person", _("Two Person")
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     user = models.ForeignKey(
@@ -470,7 +472,9 @@ class PendingAction(models.Model):
             self.confirm_phrase
             and typed_text(phrase).casefold() != typed_text(self.confirm_phrase).casefold()
         ):
-            raise PhraseMismatch(f"Type {self.confirm_phrase!r} to confirm.")
+            raise PhraseMismatch(
+                gettext("Type %(phrase)s to confirm.") % {"phrase": repr(self.confirm_phrase)}
+            )
 
     @classmethod
     def decide(
@@ -550,10 +554,17 @@ class PendingAction(models.Model):
                 action.refresh_from_db()
         if action.status == cls.Status.EXPIRED:
             raise ActionExpired(
-                f"This {action.operation} request expired at "
-                f"{action.expires_at:%Y-%m-%d %H:%M:%S %Z}; ask again."
+                gettext("This %(operation)s request expired at %(when)s; ask again.")
+                % {
+                    "operation": action.operation,
+                    "when": f"{action.expires_at:%Y-%m-%d %H:%M:%S %Z}",
+                }
             )
-        raise AlreadyDecided(f"This action was already {action.status}.")
+        already: dict[str, str] = {
+            cls.Status.CONFIRMED: gettext("This action was already confirmed."),
+            cls.Status.CANCELLED: gettext("This action was already cancelled."),
+        }
+        raise AlreadyDecided(already.get(action.status, ""))
 
 
 class AuditQuerySet(models.QuerySet["AuditEntry"]):
@@ -575,22 +586,22 @@ class AuditEntry(models.Model):
     """One dispatch: who asked for what, what was decided, how long it took."""
 
     class Decision(models.TextChoices):
-        EXECUTED = "executed"
-        FAILED = "failed"
-        DENIED = "denied"
-        INVALID = "invalid"
-        UNKNOWN = "unknown"
-        CONFIRMATION_REQUESTED = "confirmation_requested"
-        CLARIFY = "clarify"  # the tool's prepare hook asked which object was meant; nothing ran
-        CONFIRMED = "confirmed"
-        CANCELLED = "cancelled"
-        EXPIRED = "expired"
-        TIMEOUT = "timeout"
-        UNAVAILABLE = "unavailable"
-        NOT_READY = "not_ready"
-        OVER_BUDGET = "over_budget"
-        CLIENT_TOOL = "client_tool"  # the model proposed one of an AG-UI client's own tools
-        OVER_LIMIT = "over_limit"  # a bound refused calls or ended a turn (count, size, time)
+        EXECUTED = "executed", _("Executed")
+        FAILED = "failed", _("Failed")
+        DENIED = "denied", _("Denied")
+        INVALID = "invalid", _("Invalid")
+        UNKNOWN = "unknown", _("Unknown")
+        CONFIRMATION_REQUESTED = "confirmation_requested", _("Confirmation Requested")
+        CLARIFY = "clarify", _("Clarify")  # the tool's prepare hook asked which object was meant; nothing ran
+        CONFIRMED = "confirmed", _("Confirmed")
+        CANCELLED = "cancelled", _("Cancelled")
+        EXPIRED = "expired", _("Expired")
+        TIMEOUT = "timeout", _("Timeout")
+        UNAVAILABLE = "unavailable", _("Unavailable")
+        NOT_READY = "not_ready", _("Not Ready")
+        OVER_BUDGET = "over_budget", _("Over Budget")
+        CLIENT_TOOL = "client_tool", _("Client Tool")  # the model proposed one of an AG-UI client's own tools
+        OVER_LIMIT = "over_limit", _("Over Limit")  # a bound refused calls or ended a turn (count, size, time)
 
     id = models.BigAutoField(primary_key=True)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
@@ -632,7 +643,7 @@ class AuditEntry(models.Model):
 
     class Meta:
         ordering = ["-id"]
-        verbose_name_plural = "audit entries"
+        verbose_name_plural = _("audit entries")
         indexes = [
             models.Index(fields=["created_at"], name="assistant_audit_time"),
             models.Index(fields=["decision", "-id"], name="assistant_audit_decision"),
@@ -675,11 +686,11 @@ class Job(models.Model):
     """Long work a tool handed to a worker: its id is the tool's ``task_id``."""
 
     class Status(models.TextChoices):
-        QUEUED = "queued"
-        RUNNING = "running"
-        SUCCEEDED = "succeeded"
-        FAILED = "failed"
-        CANCELLED = "cancelled"
+        QUEUED = "queued", _("Queued")
+        RUNNING = "running", _("Running")
+        SUCCEEDED = "succeeded", _("Succeeded")
+        FAILED = "failed", _("Failed")
+        CANCELLED = "cancelled", _("Cancelled")
 
     FINISHED = (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED)
 
@@ -810,9 +821,9 @@ class ValidationTask(models.Model):
     """A persistent validation policy: what to check, with which rules, how often."""
 
     class Schedule(models.TextChoices):
-        NONE = "none"
-        INTERVAL = "interval"
-        CRON = "cron"
+        NONE = "none", _("None")
+        INTERVAL = "interval", _("Interval")
+        CRON = "cron", _("Cron")
 
     name = models.CharField(max_length=200)
     # A task sees what its owner may view; without one (made in code) it sees everything, so an
@@ -854,17 +865,17 @@ class ValidationRun(models.Model):
     """One run of a validation task, with counts computed from its findings."""
 
     class Status(models.TextChoices):
-        QUEUED = "queued"
-        RUNNING = "running"
-        PASSED = "passed"
-        FAILED = "failed"
-        WARNED = "warned"
-        ERRORED = "errored"
+        QUEUED = "queued", _("Queued")
+        RUNNING = "running", _("Running")
+        PASSED = "passed", _("Passed")
+        FAILED = "failed", _("Failed")
+        WARNED = "warned", _("Warned")
+        ERRORED = "errored", _("Errored")
 
     class Trigger(models.TextChoices):
-        USER = "user"
-        SCHEDULE = "schedule"
-        ASSISTANT = "assistant"
+        USER = "user", _("User")
+        SCHEDULE = "schedule", _("Schedule")
+        ASSISTANT = "assistant", _("Assistant")
 
     task = models.ForeignKey(ValidationTask, on_delete=models.CASCADE, related_name="runs")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
@@ -897,9 +908,9 @@ class ValidationRun(models.Model):
 
 class ValidationFinding(models.Model):
     class Outcome(models.TextChoices):
-        PASS = "pass"
-        FAIL = "fail"
-        WARN = "warn"
+        PASS = "pass", _("Pass")
+        FAIL = "fail", _("Fail")
+        WARN = "warn", _("Warn")
 
     run = models.ForeignKey(ValidationRun, on_delete=models.CASCADE, related_name="findings")
     rule = models.CharField(max_length=100)
@@ -960,7 +971,7 @@ class AccessToken(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        verbose_name = "personal access token"
+        verbose_name = _("personal access token")
 
     def __str__(self) -> str:
         return f"{self.name} ({self.key_prefix}…)"
@@ -1012,8 +1023,8 @@ class BudgetUsage(models.Model):
 
     class Meta:
         ordering = ["-day", "user_id"]
-        verbose_name = "budget usage"
-        verbose_name_plural = "budget usage"
+        verbose_name = _("budget usage")
+        verbose_name_plural = _("budget usage")
         constraints = [
             models.UniqueConstraint(fields=["user", "day"], name="assistant_budget_user_day")
         ]

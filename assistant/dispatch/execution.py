@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
+from django.utils.translation import gettext
 
 from ..core.cancellation import CancellationToken
 from ..core.lifecycle import ToolLifecycleState, ToolSession, Toolset, new_session
@@ -259,7 +260,9 @@ async def _awaited(tool: AssistantTool, tool_call: ToolCall, values: dict[str, A
 def stopped(call: Call, when: str) -> Outcome:
     """The outcome of a call stopped ``when`` (while running, before it ran)."""
     return call.finish(
-        Decision.CANCELLED, error=Cancelled(f"Stopped {when}."), error_summary=f"stopped {when}"
+        Decision.CANCELLED,
+        error=Cancelled(gettext("Stopped %(when)s.") % {"when": when}),
+        error_summary=f"stopped {when}",
     )
 
 

@@ -29,6 +29,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, Protocol
 
+from django.utils.translation import gettext
+
 from ..core.cancellation import CancellationToken
 from ..core.lifecycle import Toolset
 from ..core.registry import ToolCall, ToolResult, assistant_tool
@@ -443,10 +445,13 @@ class SQLInspector(Toolset):
             columns, fetched = await self.backend.query(sql, limit, self.statement_timeout)
         except QueryTimedOut as exc:
             raise ToolTimeout(
-                f"The query took longer than {self.statement_timeout:g} s and was stopped ({exc})."
+                gettext("The query took longer than %(seconds)s s and was stopped (%(error)s).")
+                % {"seconds": f"{self.statement_timeout:g}", "error": exc}
             ) from exc
         except QueryError as exc:
-            return ToolResult(text=f"The database refused the query: {exc}")
+            return ToolResult(
+                text=gettext("The database refused the query: %(error)s") % {"error": exc}
+            )
         truncated = len(fetched) > limit
         rows = [list(row) for row in fetched[:limit]]
         shown = rows[:SUMMARY_ROWS]
