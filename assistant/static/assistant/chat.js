@@ -579,7 +579,7 @@
     const node = el("time");
     if (!date || isNaN(date)) return node;
     node.dateTime = date.toISOString();
-    node.title = new Intl.DateTimeFormat(LOCALE, { dateStyle: "medium", timeStyle: "short" }).format(date);
+    node.title = new Intl.DateTimeFormat(LOCALE, { dateStyle: "medium", timeStyle: "medium" }).format(date);
     relabel(node);
     return node;
   }

@@ -40,7 +40,7 @@
     const date = new Date(value);
     const node = el("time", "", new Intl.DateTimeFormat(LOCALE, { day: "numeric", month: "short", year: "numeric" }).format(date));
     node.dateTime = date.toISOString();
-    node.title = new Intl.DateTimeFormat(LOCALE, { dateStyle: "medium", timeStyle: "short" }).format(date);
+    node.title = new Intl.DateTimeFormat(LOCALE, { dateStyle: "medium", timeStyle: "medium" }).format(date);
     return node;
   }
 
