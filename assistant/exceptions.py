@@ -109,7 +109,9 @@ class AccountInactive(PermissionDenied):
 class OutsideTokenScope(PermissionDenied):
     """The bearer token's ceiling (a risk level, a set of operations) does not cover this tool."""
 
-    default_message = _("The bearer token's ceiling (a risk level, a set of operations) does not cover this tool.")
+    default_message = _(
+        "The bearer token's ceiling (a risk level, a set of operations) does not cover this tool."
+    )
 
     code = "token_scope"
 
@@ -117,7 +119,9 @@ class OutsideTokenScope(PermissionDenied):
 class SessionRequired(PermissionDenied):
     """Creating a token needs a signed-in browser session: a token cannot mint tokens."""
 
-    default_message = _("Creating a token needs a signed-in browser session: a token cannot mint tokens.")
+    default_message = _(
+        "Creating a token needs a signed-in browser session: a token cannot mint tokens."
+    )
 
     code = "session_required"
 
@@ -137,7 +141,9 @@ class UnknownTokenOperations(AssistantError, ValueError):
 class InvalidToken(AssistantError):
     """No usable bearer token: missing, unknown, revoked or expired (the code says which)."""
 
-    default_message = _("No usable bearer token: missing, unknown, revoked or expired (the code says which).")
+    default_message = _(
+        "No usable bearer token: missing, unknown, revoked or expired (the code says which)."
+    )
 
     code = "invalid_token"
     status = 401
@@ -146,7 +152,9 @@ class InvalidToken(AssistantError):
 class CredentialLapsed(AssistantError):
     """What signed this run in no longer holds; nothing more runs under it: sign in again."""
 
-    default_message = _("What signed this run in no longer holds; nothing more runs under it: sign in again.")
+    default_message = _(
+        "What signed this run in no longer holds; nothing more runs under it: sign in again."
+    )
 
     code = "credential_lapsed"  # each cause has its own: token_revoked, session_ended, ...
     status = 401
@@ -170,7 +178,9 @@ class ActionNotFound(NotFound):
 class SecretUnreadable(AssistantError):
     """The secret this action was asked with can no longer be read (the server's key changed); ask again."""
 
-    default_message = _("The secret this action was asked with can no longer be read (the server's key changed); ask again.")
+    default_message = _(
+        "The secret this action was asked with can no longer be read (the server's key changed); ask again."
+    )
 
     code = "secret_unreadable"
     status = 410
@@ -215,7 +225,9 @@ class PhraseMismatch(AssistantError, ValueError):
 class SecondPersonRequired(PermissionDenied):
     """This action needs a second person's approval: someone else must confirm it."""
 
-    default_message = _("This action needs a second person's approval: someone else must confirm it.")
+    default_message = _(
+        "This action needs a second person's approval: someone else must confirm it."
+    )
 
     code = "second_person_required"
     status = 403
@@ -260,7 +272,9 @@ def outage(exc: BaseException) -> DatabaseUnavailable | None:
 class UnsafeDatabaseRole(AssistantError, ImproperlyConfigured):
     """The SQL inspector's database role could run programs or read files on the server."""
 
-    default_message = _("The SQL inspector's database role could run programs or read files on the server.")
+    default_message = _(
+        "The SQL inspector's database role could run programs or read files on the server."
+    )
 
     code = "unsafe_database_role"
     status = 503
@@ -275,7 +289,9 @@ class ConversationNotFound(NotFound):
 class InvalidTitle(AssistantError, ValueError):
     """The conversation title is empty, too long, or holds characters that cannot be stored."""
 
-    default_message = _("The conversation title is empty, too long, or holds characters that cannot be stored.")
+    default_message = _(
+        "The conversation title is empty, too long, or holds characters that cannot be stored."
+    )
 
     code = "invalid_title"
     status = 400
@@ -304,7 +320,9 @@ class InvalidRunInput(AssistantError, ValueError):
 class InterruptPending(AssistantError):
     """The thread waits for answers to its interrupts: resume them before sending more."""
 
-    default_message = _("The thread waits for answers to its interrupts: resume them before sending more.")
+    default_message = _(
+        "The thread waits for answers to its interrupts: resume them before sending more."
+    )
 
     code = "interrupt_pending"
     status = 409
@@ -339,7 +357,9 @@ class ToolTimeout(AssistantError):
 class BudgetExceeded(AssistantError):
     """The user has used up their language-model budget (tokens per day or turns per minute)."""
 
-    default_message = _("The user has used up their language-model budget (tokens per day or turns per minute).")
+    default_message = _(
+        "The user has used up their language-model budget (tokens per day or turns per minute)."
+    )
 
     code = "budget_exceeded"
     status = 429
@@ -367,7 +387,9 @@ class MessageNotStored(AssistantError):
 class ReplyNotStored(AssistantError):
     """Sorry, the answer could not be saved; your message is saved. Please try again."""
 
-    default_message = _("Sorry, the answer could not be saved; your message is saved. Please try again.")
+    default_message = _(
+        "Sorry, the answer could not be saved; your message is saved. Please try again."
+    )
 
     code = "reply_not_stored"
     status = 503
@@ -376,7 +398,9 @@ class ReplyNotStored(AssistantError):
 class TurnInterrupted(AssistantError):
     """Sorry, this answer was interrupted: the server running it stopped. Your message is saved; please send it again."""
 
-    default_message = _("Sorry, this answer was interrupted: the server running it stopped. Your message is saved; please send it again.")
+    default_message = _(
+        "Sorry, this answer was interrupted: the server running it stopped. Your message is saved; please send it again."
+    )
 
     code = "turn_interrupted"
     status = 503
@@ -394,7 +418,9 @@ class InvalidIdempotencyKey(AssistantError, ValueError):
 class TurnInProgress(AssistantError):
     """A request with this Idempotency-Key has no stored answer yet; retry later or use a new key."""
 
-    default_message = _("A request with this Idempotency-Key has no stored answer yet; retry later or use a new key.")
+    default_message = _(
+        "A request with this Idempotency-Key has no stored answer yet; retry later or use a new key."
+    )
 
     code = "idempotency_key_in_use"
     status = 409
@@ -420,7 +446,9 @@ class Throttled(AssistantError):
 class TooManyToolCalls(AssistantError):
     """The model asked for more tool calls than a reply or a turn may run; the rest were not run."""
 
-    default_message = _("The model asked for more tool calls than a reply or a turn may run; the rest were not run.")
+    default_message = _(
+        "The model asked for more tool calls than a reply or a turn may run; the rest were not run."
+    )
 
     code = "too_many_tool_calls"
 
@@ -446,7 +474,9 @@ class ArgumentsTooLarge(InvalidEntities):
 class CutShort(AssistantError):
     """The turn reached one of its bounds and was ended; its reply is stored as cut short."""
 
-    default_message = _("The turn reached one of its bounds and was ended; its reply is stored as cut short.")
+    default_message = _(
+        "The turn reached one of its bounds and was ended; its reply is stored as cut short."
+    )
 
     code = "cut_short"
 

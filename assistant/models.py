@@ -82,7 +82,8 @@ class Message(models.Model):
         COMPLETE = "complete", _("Complete")
         CANCELLED = "cancelled", _("Cancelled")
         FAILED = "failed", _("Failed")
-        INTERRUPTED = "interrupted", _("Interrupted")  # its server process died mid-turn (``liveness``)
+        # its server process died mid-turn (``liveness``)
+        INTERRUPTED = "interrupted", _("Interrupted")
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     conversation = models.ForeignKey(
@@ -592,7 +593,8 @@ class AuditEntry(models.Model):
         INVALID = "invalid", _("Invalid")
         UNKNOWN = "unknown", _("Unknown")
         CONFIRMATION_REQUESTED = "confirmation_requested", _("Confirmation Requested")
-        CLARIFY = "clarify", _("Clarify")  # the tool's prepare hook asked which object was meant; nothing ran
+        # the tool's prepare hook asked which object was meant; nothing ran
+        CLARIFY = "clarify", _("Clarify")
         CONFIRMED = "confirmed", _("Confirmed")
         CANCELLED = "cancelled", _("Cancelled")
         EXPIRED = "expired", _("Expired")
@@ -600,8 +602,10 @@ class AuditEntry(models.Model):
         UNAVAILABLE = "unavailable", _("Unavailable")
         NOT_READY = "not_ready", _("Not Ready")
         OVER_BUDGET = "over_budget", _("Over Budget")
-        CLIENT_TOOL = "client_tool", _("Client Tool")  # the model proposed one of an AG-UI client's own tools
-        OVER_LIMIT = "over_limit", _("Over Limit")  # a bound refused calls or ended a turn (count, size, time)
+        # the model proposed one of an AG-UI client's own tools
+        CLIENT_TOOL = "client_tool", _("Client Tool")
+        # a bound refused calls or ended a turn (count, size, time)
+        OVER_LIMIT = "over_limit", _("Over Limit")
 
     id = models.BigAutoField(primary_key=True)
     created_at = models.DateTimeField(default=timezone.now, editable=False)

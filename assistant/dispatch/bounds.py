@@ -108,7 +108,8 @@ async def within_deadline(work: asyncio.Future[Any], stop: Callable[[], None]) -
         if not expired or (current is not None and current.cancelling()):
             raise  # a Stop, or this turn's own cancellation (a shutdown)
         raise TurnDeadline(
-            gettext("Cut short: the turn took longer than %(seconds)s s.") % {"seconds": f"{seconds:g}"}
+            gettext("Cut short: the turn took longer than %(seconds)s s.")
+            % {"seconds": f"{seconds:g}"}
         ) from None
     finally:
         timer.cancel()

@@ -301,9 +301,10 @@ def unrefusable(call: Call, user: Any) -> Outcome | None:
     if ceiling is None or (tool is not None and ceiling.allows(tool)):
         return None
     return call.stop(
-        Decision.DENIED, OutsideTokenScope(
+        Decision.DENIED,
+        OutsideTokenScope(
             gettext("This token does not allow %(operation)s.") % {"operation": call.operation}
-        )
+        ),
     )
 
 

@@ -122,7 +122,8 @@ def open_action(call: Call) -> Outcome:
         # Deleted while its turn ran: nobody could see the action to answer it (a deletion
         # refuses the actions waiting in it). The call is audited, unlinked, as refused.
         return call.stop(
-            Decision.CANCELLED, Cancelled(gettext("The conversation was deleted; nothing was asked."))
+            Decision.CANCELLED,
+            Cancelled(gettext("The conversation was deleted; nothing was asked.")),
         )
     return call.finish(Decision.CONFIRMATION_REQUESTED)
 

@@ -127,7 +127,9 @@ def parse_input(data: Any) -> RunAgentInput:
             {"loc": [str(part) for part in error["loc"]], "msg": error["msg"]}
             for error in exc.errors(include_url=False, include_input=False)
         ]
-        raise InvalidRunInput(gettext("The body is not a valid RunAgentInput."), errors=errors) from None
+        raise InvalidRunInput(
+            gettext("The body is not a valid RunAgentInput."), errors=errors
+        ) from None
     for field, value in (("threadId", run_input.thread_id), ("runId", run_input.run_id)):
         if not 1 <= len(value) <= MAX_ID_LENGTH or not value.isprintable():
             raise InvalidRunInput(
@@ -204,7 +206,9 @@ def check_results(results: tuple[ClientResult, ...], pending: list[str]) -> None
     given = [result.tool_call_id for result in results]
     if sorted(given) != sorted(pending):
         raise InvalidRunInput(
-            gettext("The tool messages must answer the calls of your tools the last run made, each once."),
+            gettext(
+                "The tool messages must answer the calls of your tools the last run made, each once."
+            ),
             code="unknown_tool_call",
         )
 

@@ -92,7 +92,9 @@ def take_client_results(conversation: Conversation) -> None:
     reply = _waiting_reply(conversation)
     if reply is None or not reply.take_client_results():
         raise InvalidRunInput(
-            gettext("The tool messages must answer the calls of your tools the last run made, each once."),
+            gettext(
+                "The tool messages must answer the calls of your tools the last run made, each once."
+            ),
             code="unknown_tool_call",
         )
 

@@ -57,7 +57,9 @@ def check_message(text: Any) -> str:
             gettext("The message is longer than %(limit)s characters.") % {"limit": limit}
         )
     if storable_text(text) != text:
-        raise InvalidMessage(gettext("The message contains a NUL character or an unpaired surrogate."))
+        raise InvalidMessage(
+            gettext("The message contains a NUL character or an unpaired surrogate.")
+        )
     return text.strip()
 
 

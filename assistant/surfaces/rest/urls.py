@@ -16,7 +16,9 @@ from . import actions, audit, conversations, jobs, tokens, tools, validation
 @csrf_exempt  # it changes nothing: an unsafe method gets this JSON 404, not the HTML CSRF page
 def not_found(request: HttpRequest, *args: object, **kwargs: object) -> JsonResponse:
     """Any method on a path the API does not have."""
-    return JsonResponse({"code": NotFound.code, "detail": gettext("No such API endpoint.")}, status=404)
+    return JsonResponse(
+        {"code": NotFound.code, "detail": gettext("No such API endpoint.")}, status=404
+    )
 
 
 schema_patterns = [

@@ -228,7 +228,9 @@ class LLMPlanner:
                 text.append(delta)
                 await turn.say(delta)
                 raise ReplyTooLong(
-                    gettext("Cut short: the reply reached the %(most)s characters a reply may have.")
+                    gettext(
+                        "Cut short: the reply reached the %(most)s characters a reply may have."
+                    )
                     % {"most": f"{most:,}"}
                 )
             tally.chars += len(delta)
