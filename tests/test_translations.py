@@ -18,6 +18,7 @@ from assistant.models import Conversation
 from tests.browsing import ARTIFACTS, signed_in_context
 from tests.clients import API, client_for
 from tests.conftest import REQUIRE_SERVICES
+from tests.test_api_conversations import start_conversation
 
 REPO = Path(__file__).resolve().parent.parent
 APP = REPO / "assistant"
@@ -100,12 +101,16 @@ def test_the_committed_mo_files_are_compiled_from_the_committed_po_files(
     assert committed_catalog == fresh_catalog, "stale .mo: run `make messages`"
 
 
+def page_for(user: Any, path: str, language: str) -> str:
+    """A page as ``user``'s browser, asking for ``language``, receives it."""
+    client = Client()
+    client.force_login(user)
+    return client.get(path, HTTP_ACCEPT_LANGUAGE=language).content.decode()
+
+
 @pytest.mark.django_db
 def test_the_chat_page_speaks_french_and_says_so(plain_user: Any) -> None:
-    client = Client()
-    client.force_login(plain_user)
-
-    page = client.get("/assistant/", **FRENCH).content.decode()
+    page = page_for(plain_user, "/assistant/", "fr")
 
     assert '<html lang="fr" dir="ltr">' in page
     for words in ["Nouvelle conversation", "Envoyer", "Jetons d’accès", "Écrire à l’assistant…"]:
@@ -115,10 +120,7 @@ def test_the_chat_page_speaks_french_and_says_so(plain_user: Any) -> None:
 
 @pytest.mark.django_db
 def test_the_chat_page_stays_english_for_an_english_browser(plain_user: Any) -> None:
-    client = Client()
-    client.force_login(plain_user)
-
-    page = client.get("/assistant/", HTTP_ACCEPT_LANGUAGE="en").content.decode()
+    page = page_for(plain_user, "/assistant/", "en")
 
     assert '<html lang="en" dir="ltr">' in page
     assert "Message the assistant…" in page
@@ -126,10 +128,7 @@ def test_the_chat_page_stays_english_for_an_english_browser(plain_user: Any) -> 
 
 @pytest.mark.django_db
 def test_the_approvals_page_speaks_french(plain_user: Any) -> None:
-    client = Client()
-    client.force_login(plain_user)
-
-    page = client.get("/assistant/approvals/", **FRENCH).content.decode()
+    page = page_for(plain_user, "/assistant/approvals/", "fr")
 
     assert '<html lang="fr" dir="ltr">' in page
     assert "Approbations en attente" in page
@@ -154,10 +153,10 @@ def test_the_sign_in_page_and_its_refusal_speak_french(plain_user: Any) -> None:
 @pytest.mark.django_db
 def test_an_api_error_is_explained_in_french_under_its_unchanged_code(plain_user: Any) -> None:
     client = client_for(plain_user)
-    conversation = client.post(f"{API}/messages/", {"message": "ping"}, format="json").json()
+    conversation = start_conversation(client, "ping")
 
     response = client.patch(
-        f"{API}/conversations/{conversation['conversation']}/",
+        f"{API}/conversations/{conversation}/",
         {"title": "x" * 201},
         format="json",
         **FRENCH,
