@@ -12,12 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from channels.testing import WebsocketCommunicator
 from django.test import Client
 
 from assistant.models import Conversation
+from tests.asgi import application
 from tests.browsing import ARTIFACTS, signed_in_context
 from tests.clients import API, client_for
 from tests.conftest import REQUIRE_SERVICES
+from tests.sockets import ORIGIN, PATH, WAIT, receive, receive_run, send
 from tests.test_api_conversations import start_conversation
 
 REPO = Path(__file__).resolve().parent.parent
@@ -214,3 +217,37 @@ def test_in_a_french_browser_the_chat_speaks_french_and_tells_times_with_intl(
         page.screenshot(path=str(ARTIFACTS / "chat-in-french.png"))
     finally:
         context.close()
+
+
+async def socket_in(language: bytes, user: Any) -> WebsocketCommunicator:
+    """A chat socket whose browser asks for ``language`` (its Accept-Language header)."""
+    headers = [ORIGIN, (b"accept-language", language)]
+    socket = WebsocketCommunicator(application, PATH, headers=headers)
+    socket.scope["user"] = user
+    connected, _ = await socket.connect(timeout=WAIT)
+    assert connected
+    return socket
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_websocket_answers_in_the_language_its_browser_asks_for(plain_user: Any) -> None:
+    french, english = (
+        await socket_in(b"fr-FR,fr;q=0.9", plain_user),
+        await socket_in(b"en", plain_user),
+    )
+    try:
+        await send(french, type="message", text="  ")
+        await send(english, type="message", text="  ")
+        refused_in_french, refused_in_english = await receive(french), await receive(english)
+        await send(french, type="message", text="what can you do")
+        reply = "".join(frame.get("delta", "") for frame in await receive_run(french))
+    finally:
+        await french.disconnect()
+        await english.disconnect()
+
+    assert refused_in_french["value"] == {
+        "code": "invalid_message",
+        "message": "Le message est vide.",
+    }
+    assert refused_in_english["value"]["message"] == "The message is empty."
+    assert "Voici ce que je peux faire pour vous :" in reply
