@@ -15,7 +15,7 @@ PYTHON ?= $(shell \
 		if [ -x "$$c" ] && "$$c" -c 'import sys' >/dev/null 2>&1; then echo $$c; exit 0; fi; \
 	done)
 
-.PHONY: demo test lint typecheck pytest docs bench clean
+.PHONY: demo test lint typecheck pytest docs bench clean messages
 
 # The runtime alone (what `make demo` needs), then the development tools on top (`make test`).
 $(BIN)/.runtime: requirements.txt pyproject.toml
@@ -49,6 +49,14 @@ lint: $(BIN)/.installed
 
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy assistant
+
+# The French catalogs brought up to date with the sources (needs GNU gettext), then compiled:
+# translate what is new or fuzzy in assistant/locale/fr/LC_MESSAGES/*.po and run it again.
+MAKEMESSAGES := cd assistant && PYTHONPATH=.. DJANGO_SETTINGS_MODULE=tests.settings ../$(BIN)/python -m django
+messages: $(BIN)/.installed
+	$(MAKEMESSAGES) makemessages --locale fr --no-location --ignore 'static/assistant/vendor/*'
+	$(MAKEMESSAGES) makemessages --locale fr --no-location --ignore 'static/assistant/vendor/*' --domain djangojs
+	$(MAKEMESSAGES) compilemessages --locale fr
 
 # Two suites, one pytest run each (pytest-django configures one settings module per process): the
 # app's (tests.settings, no example project installed), then the example project's.

@@ -28,6 +28,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, close_old_connections, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
+from django.utils.translation import gettext
 
 from .compat import task
 from .conf import assistant_settings
@@ -110,7 +111,7 @@ class JobContext:
         """Store progress (the chat shows it); raises ``Cancelled`` once the user cancelled."""
         self.job.report(percent, message)
         if self.cancel.is_cancelled:
-            raise Cancelled("The job was cancelled.")
+            raise Cancelled(gettext("The job was cancelled."))
 
 
 def worker_name() -> str:

@@ -70,7 +70,7 @@ def test_a_card_shows_what_will_happen_and_a_dangerous_one_is_approved_by_holdin
     expect(card.locator(".approval-summary")).to_have_text("Cancel order ORD-42")
     expect(card.locator(".risk")).to_have_text("dangerous")
     expect(card.locator(".requester")).to_have_text("requested by clerk")
-    expect(card.locator(".expiry")).to_have_text("expires in 10 min")
+    expect(card.locator(".expiry")).to_have_text("expires in 10 minutes")
     expect(card.locator("table tr")).to_have_text(["FieldBeforeAfter", "statusopencancelled"])
     approve = card.get_by_role("button", name="Hold to approve")
     screenshot(page, "1-card")
@@ -269,7 +269,7 @@ def test_an_expired_card_disappears_by_itself(
     go(page, f"{asgi_live_server}/assistant/?c={chat.pk}")
     card = page.locator(".approval")
 
-    expect(card.locator(".expiry")).to_have_text(re.compile(r"expires in [1-4] s"))
+    expect(card.locator(".expiry")).to_have_text(re.compile(r"expires in [1-4] seconds?"))
     expect(card.get_by_role("button", name="Approve")).to_be_enabled()
     screenshot(page, "5-expiring")
 

@@ -113,6 +113,8 @@ def test_the_wheel_holds_the_app_and_nothing_of_the_example_project(
         "assistant/static/assistant/vendor/purify.min.js",
         "assistant/static/assistant/vendor/LICENSE-marked",
         "assistant/static/assistant/vendor/LICENSE-dompurify",
+        "assistant/locale/fr/LC_MESSAGES/django.mo",
+        "assistant/locale/fr/LC_MESSAGES/djangojs.mo",
     } <= names
 
 

@@ -128,7 +128,7 @@ async def test_list_tables_filters_by_a_word_in_the_name(run: Callable[..., Any]
     outcome = await run("list_tables", search="ORDER")
 
     assert outcome.result.data == ["testapp_order"]
-    assert outcome.text == "1 tables: testapp_order"
+    assert outcome.text == "1 table: testapp_order"
 
 
 async def test_list_tables_says_when_nothing_matches(run: Callable[..., Any]) -> None:

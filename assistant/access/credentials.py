@@ -27,9 +27,11 @@ from django.db import connections, router
 from django.db.models import Subquery
 from django.utils import timezone
 from django.utils.crypto import constant_time_compare
+from django.utils.functional import Promise
+from django.utils.translation import gettext_lazy as _
 
 from ..conf import assistant_settings
-from ..exceptions import AccountInactive, CredentialLapsed
+from ..exceptions import CredentialLapsed
 from ..models import AccessToken
 from .caches import credential_generation
 from .tokens import Bearer
@@ -40,14 +42,14 @@ Kind = Literal["personal", "drf", "oauth", "local", "session"]
 WATCH_SECONDS = 1.0  # how often a run confirms its credential while one step runs long
 HELD_MAX = 10_000  # credentials remembered holding, at most (then forgotten all at once)
 SESSION_DATA = "_assistant_session_data"  # the annotation carrying the session row's data
-LAPSES = {
-    "token_revoked": "This token was revoked while the run went on; nothing more runs under it.",
-    "token_expired": "This token expired while the run went on; nothing more runs under it.",
-    "session_ended": (
+LAPSES: dict[str, str | Promise] = {
+    "token_revoked": _("This token was revoked while the run went on; nothing more runs under it."),
+    "token_expired": _("This token expired while the run went on; nothing more runs under it."),
+    "session_ended": _(
         "Your session has ended (signed out, password changed, or ended by an administrator); "
         "nothing more runs under it. Sign in again."
     ),
-    "account_inactive": AccountInactive().message,
+    "account_inactive": _("Your account has been deactivated. Ask an operator to reactivate it."),
 }
 
 

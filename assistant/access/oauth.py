@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from django.apps import apps
 from django.urls import NoReverseMatch, reverse
+from django.utils.translation import gettext
 
 from ..core.declaration import RiskLevel
 from ..exceptions import InvalidToken
@@ -67,10 +68,14 @@ def grant_for(key: str, *, resource: str | None = None) -> Grant | None:
     if token is None or token.user is None:  # a client-credentials token acts for nobody
         return None
     if token.is_expired():
-        raise InvalidToken("This token has expired.", code="token_expired")
+        raise InvalidToken(gettext("This token has expired."), code="token_expired")
     if not token.resource or not token.allows_audience(resource):
         raise InvalidToken(
-            f"This token is not bound to {resource}: ask for one with resource={resource} (RFC 8707).",
+            gettext(
+                "This token is not bound to %(resource)s: ask for one with "
+                "resource=%(resource)s (RFC 8707)."
+            )
+            % {"resource": resource},
             code="token_resource",
         )
     application = token.application

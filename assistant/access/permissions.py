@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.utils.translation import gettext
 
 from ..core.declaration import AssistantTool
 from ..core.registry import ToolRegistry, registry
@@ -105,11 +106,15 @@ def refusal(
         return AccountInactive()
     missing = missing_permissions(reasons)
     if not missing or not discloses(access, tool, site):
-        return ToolHidden(f"You do not have permission to use {tool.operation}.")
+        return ToolHidden(
+            gettext("You do not have permission to use %(operation)s.")
+            % {"operation": tool.operation}
+        )
     names = [f"“{permission_name(perm)}”" for perm in missing]
-    joined = " or ".join(names) if tool.permission_mode == "any" else " and ".join(names)
+    either = gettext(" or ") if tool.permission_mode == "any" else gettext(" and ")
     return PermissionDenied(
-        f"You can't use {tool.operation}: it needs {joined}. Ask an operator for it."
+        gettext("You can't use %(operation)s: it needs %(permissions)s. Ask an operator for it.")
+        % {"operation": tool.operation, "permissions": either.join(names)}
     )
 
 

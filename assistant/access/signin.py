@@ -8,6 +8,7 @@ import math
 import time
 
 from django.core.cache import cache
+from django.utils.translation import ngettext
 
 from ..conf import assistant_settings
 
@@ -74,5 +75,8 @@ def succeeded(username: str) -> None:
 
 def locked_message(minutes: int) -> str:
     """What a locked sign-in page says (the same whoever typed which name)."""
-    unit = "minute" if minutes == 1 else "minutes"
-    return f"Too many failed sign-in attempts. Try again in {minutes} {unit}."
+    return ngettext(
+        "Too many failed sign-in attempts. Try again in %(minutes)s minute.",
+        "Too many failed sign-in attempts. Try again in %(minutes)s minutes.",
+        minutes,
+    ) % {"minutes": minutes}

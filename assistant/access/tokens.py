@@ -18,6 +18,7 @@ from typing import Any, Literal
 from asgiref.sync import sync_to_async
 from django.apps import apps
 from django.utils import timezone
+from django.utils.translation import gettext
 
 from ..core.declaration import AssistantTool, RiskLevel
 from ..exceptions import AccountInactive, InvalidToken, OutsideTokenScope
@@ -43,7 +44,9 @@ class Ceiling:
         return self.operations is None or tool.operation in self.operations
 
     def refusal(self, tool: AssistantTool) -> OutsideTokenScope:
-        return OutsideTokenScope(f"This token does not allow {tool.operation}.")
+        return OutsideTokenScope(
+            gettext("This token does not allow %(operation)s.") % {"operation": tool.operation}
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -108,7 +111,7 @@ def authenticate_bearer(key: str, *, resource: str | None = None) -> Bearer:
     """
     key = key.strip()
     if not key or len(key) > 512 or not key.isprintable():
-        raise InvalidToken("A bearer token is required.")
+        raise InvalidToken(gettext("A bearer token is required."))
     if key.startswith(AccessToken.PREFIX):
         return _personal(key)
     if apps.is_installed("rest_framework.authtoken"):
@@ -124,8 +127,8 @@ def authenticate_bearer(key: str, *, resource: str | None = None) -> Bearer:
             _check_active(grant.user)
             if not grant.scopes & oauth.SCOPES.keys():
                 raise InvalidToken(
-                    "This token grants none of the assistant's scopes "
-                    f"({', '.join(oauth.SCOPES)}).",
+                    gettext("This token grants none of the assistant's scopes (%(scopes)s).")
+                    % {"scopes": ", ".join(oauth.SCOPES)},
                     code="token_scope",
                 )
             return Bearer(
@@ -136,7 +139,7 @@ def authenticate_bearer(key: str, *, resource: str | None = None) -> Bearer:
                 token_id=grant.token_id,
                 scopes=grant.scopes,
             )
-    raise InvalidToken("This token is not valid.")
+    raise InvalidToken(gettext("This token is not valid."))
 
 
 async def aauthenticate_bearer(key: str, *, resource: str | None = None) -> Bearer:
@@ -148,11 +151,11 @@ def _personal(key: str) -> Bearer:
         AccessToken.objects.select_related("user").filter(digest=AccessToken.digest_of(key)).first()
     )
     if token is None:
-        raise InvalidToken("This token is not valid.")
+        raise InvalidToken(gettext("This token is not valid."))
     if token.revoked_at is not None:
-        raise InvalidToken("This token was revoked.", code="token_revoked")
+        raise InvalidToken(gettext("This token was revoked."), code="token_revoked")
     if token.is_expired:
-        raise InvalidToken("This token has expired.", code="token_expired")
+        raise InvalidToken(gettext("This token has expired."), code="token_expired")
     _check_active(token.user)
     now = timezone.now()
     if token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION:

@@ -23,6 +23,8 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from ..core.registry import registry
 from ..models import AuditEntry, AuditQuerySet, Job
@@ -86,7 +88,7 @@ class AuditChangeList(ChangeList):
 
 
 class SourceFilter(admin.SimpleListFilter):
-    title = "source"
+    title = _("source")
     parameter_name = "source"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
@@ -107,7 +109,7 @@ class ChoicesFilter(admin.SimpleListFilter):
 
 
 class OperationFilter(ChoicesFilter):
-    title = "operation"
+    title = _("operation")
     parameter_name = "operation"
     field = "operation"
 
@@ -116,7 +118,7 @@ class OperationFilter(ChoicesFilter):
 
 
 class DomainFilter(ChoicesFilter):
-    title = "domain"
+    title = _("domain")
     parameter_name = "domain"
     field = "domain"
 
@@ -127,7 +129,7 @@ class DomainFilter(ChoicesFilter):
 class UserFilter(admin.SimpleListFilter):
     """By username (typed into the URL or picked among staff), without listing every user."""
 
-    title = "user"
+    title = _("user")
     parameter_name = "username"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
@@ -164,7 +166,7 @@ class AuditEntryAdmin(ReadOnlyAdmin):
         SourceFilter,
     ]
     search_fields = ["operation", "username", "conversation__id"]
-    search_help_text = "An operation, a username (exact), or a conversation id."
+    search_help_text = _("An operation, a username (exact), or a conversation id.")
     date_hierarchy = "created_at"
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER  # a count per filter choice is a scan per choice
@@ -214,31 +216,31 @@ class AuditEntryAdmin(ReadOnlyAdmin):
             pass
         return queryset.filter(Q(operation=term) | Q(username=term)), False
 
-    @admin.display(description="created at", ordering="created_at")
+    @admin.display(description=_("created at"), ordering="created_at")
     def when(self, entry: AuditEntry) -> str:
         return f"{timezone.localtime(entry.created_at):%Y-%m-%d %H:%M:%S}"
 
-    @admin.display(description="decision", ordering="decision")
+    @admin.display(description=_("decision"), ordering="decision")
     def coloured_decision(self, entry: AuditEntry) -> str:
         return badge(entry.decision)
 
-    @admin.display(description="duration", ordering="duration_ms")
+    @admin.display(description=_("duration"), ordering="duration_ms")
     def duration(self, entry: AuditEntry) -> str:
         return f"{entry.duration_ms:.1f} ms"
 
-    @admin.display(description="conversation")
+    @admin.display(description=_("conversation"))
     def conversation_link(self, entry: AuditEntry) -> str:
         return change_link("conversation", entry.conversation_id, str(entry.conversation_id)[:8])
 
-    @admin.display(description="entities (redacted)")
+    @admin.display(description=_("entities (redacted)"))
     def entities_json(self, entry: AuditEntry) -> str:
         return format_html("<pre>{}</pre>", json.dumps(entry.entities, indent=2, sort_keys=True))
 
-    @admin.display(description="pending action")
+    @admin.display(description=_("pending action"))
     def pending_action_link(self, entry: AuditEntry) -> str:
         return change_link("pendingaction", entry.pending_action_id, entry.pending_action_id)
 
-    @admin.display(description="jobs started")
+    @admin.display(description=_("jobs started"))
     def job_links(self, entry: AuditEntry) -> str:
         if entry.conversation_id is None:
             return "-"
@@ -280,11 +282,11 @@ class AuditEntryAdmin(ReadOnlyAdmin):
         if not self.has_view_permission(request):
             return HttpResponse(status=403)
         if fmt not in ("csv", "jsonl"):
-            return HttpResponse("Choose csv or jsonl.", status=404)
+            return HttpResponse(gettext("Choose csv or jsonl."), status=404)
         try:
             changelist = self.get_changelist_instance(request)
         except IncorrectLookupParameters:
-            return HttpResponse("The filter is not valid.", status=400)
+            return HttpResponse(gettext("The filter is not valid."), status=400)
         rows = changelist.get_queryset(request).order_by("-id")
         render = render_csv if fmt == "csv" else render_jsonl
         # Under ASGI an async iterator streams; a sync one would be read whole first.

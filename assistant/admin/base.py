@@ -9,6 +9,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
+from django.utils.translation import gettext_lazy as _
 
 DECISION_COLOURS = {
     "executed": "#127a3c",
@@ -26,13 +27,43 @@ DECISION_COLOURS = {
 }
 
 
+# What a badge says, in the active language (a value not listed: its own words).
+BADGE_LABELS = {
+    "executed": _("executed"),
+    "failed": _("failed"),
+    "denied": _("denied"),
+    "invalid": _("invalid"),
+    "unknown": _("unknown"),
+    "confirmation_requested": _("confirmation requested"),
+    "clarify": _("clarify"),
+    "confirmed": _("confirmed"),
+    "cancelled": _("cancelled"),
+    "expired": _("expired"),
+    "timeout": _("timeout"),
+    "unavailable": _("unavailable"),
+    "not_ready": _("not ready"),
+    "over_budget": _("over budget"),
+    "client_tool": _("client tool"),
+    "over_limit": _("over limit"),
+    "queued": _("queued"),
+    "running": _("running"),
+    "succeeded": _("succeeded"),
+    "passed": _("passed"),
+    "warned": _("warned"),
+    "errored": _("errored"),
+    "pending": _("pending"),
+    "usable": _("usable"),
+    "revoked": _("revoked"),
+}
+
+
 def badge(value: str) -> str:
     colour = DECISION_COLOURS.get(value, "#b42318")
     return format_html(
         '<span style="color:#fff;background:{};padding:1px 7px;border-radius:9px;'
         'font-size:11px;white-space:nowrap">{}</span>',
         colour,
-        value.replace("_", " "),
+        BADGE_LABELS.get(value, value.replace("_", " ")),
     )
 
 

@@ -14,6 +14,8 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from ..models import BudgetUsage, Conversation, Message, PendingAction
 from ..turns.budgets import budget_for
@@ -35,7 +37,7 @@ class MessageInline(admin.TabularInline):  # type: ignore[type-arg]
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
-    @admin.display(description="tool calls")
+    @admin.display(description=_("tool calls"))
     def tool_calls_summary(self, message: Message) -> str:
         return (
             format_html_join(
@@ -85,16 +87,16 @@ class ConversationAdmin(ReadOnlyAdmin):
             .annotate(message_count=Count("messages"), tokens=Sum("messages__total_tokens"))
         )
 
-    @admin.display(description="messages", ordering="message_count")
+    @admin.display(description=_("messages"), ordering="message_count")
     def message_count(self, conversation: Any) -> int:
         return int(getattr(conversation, "message_count", 0))
 
-    @admin.display(description="LLM tokens", ordering="tokens")
+    @admin.display(description=_("LLM tokens"), ordering="tokens")
     def tokens(self, conversation: Any) -> str:
         spent = getattr(conversation, "tokens", None)
         return f"{spent:,}" if spent else "-"
 
-    @admin.display(description="LLM tokens")
+    @admin.display(description=_("LLM tokens"))
     def token_usage(self, conversation: Conversation) -> str:
         """The conversation's model turns and their tokens: total, prompt and completion."""
         spent = _summed(
@@ -124,7 +126,11 @@ class ConversationAdmin(ReadOnlyAdmin):
         per_day = _summed(spent.annotate(day=TruncDate("created_at")).values("day"), "day")
         per_user = _summed(spent.values("conversation__user__username"), "-total")[:50]
         context = {
-            **page_context(self, request, f"Language-model usage, last {USAGE_DAYS} days"),
+            **page_context(
+                self,
+                request,
+                gettext("Language-model usage, last %(days)s days") % {"days": USAGE_DAYS},
+            ),
             "per_day": per_day,
             "per_user": per_user,
             "chart": usage_chart(per_day),
@@ -132,10 +138,10 @@ class ConversationAdmin(ReadOnlyAdmin):
         }
         return TemplateResponse(request, "admin/assistant/conversation/usage.html", context)
 
-    @admin.display(description="audit")
+    @admin.display(description=_("audit"))
     def audit_link(self, conversation: Conversation) -> str:
         url = reverse("admin:assistant_auditentry_changelist") + f"?q={conversation.pk}"
-        return format_html('<a href="{}">audit entries</a>', url)
+        return format_html('<a href="{}">{}</a>', url, _("audit entries"))
 
 
 USAGE_DAYS = 30
@@ -199,8 +205,9 @@ def usage_chart(per_day: list[dict[str, Any]]) -> str:
         bars,
     )
     return format_html(
-        '<svg width="{}" height="124" role="img" aria-label="tokens per day">{}</svg>',
+        '<svg width="{}" height="124" role="img" aria-label="{}">{}</svg>',
         len(bars) * 16,
+        _("tokens per day"),
         rects,
     )
 
@@ -209,11 +216,15 @@ Status = PendingAction.Status
 
 
 class WaitingFilter(admin.SimpleListFilter):
-    title = "state"
+    title = _("state")
     parameter_name = "state"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("waiting", "waiting"), ("expired", "expired, undecided"), ("decided", "decided")]
+        return [
+            ("waiting", gettext("waiting")),
+            ("expired", gettext("expired, undecided")),
+            ("decided", gettext("decided")),
+        ]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
 
@@ -261,7 +272,7 @@ class PendingActionAdmin(ReadOnlyAdmin):
     ]
     readonly_fields = list(fields)  # type: ignore[arg-type]
 
-    @admin.display(description="summary")
+    @admin.display(description=_("summary"))
     def summary_link(self, action: PendingAction) -> str:
         """The summary its approval card shows; a waiting one links to the approvals inbox."""
         text = action.summary or action.operation
@@ -270,11 +281,11 @@ class PendingActionAdmin(ReadOnlyAdmin):
         url = reverse("assistant:approvals") + f"?action={action.pk}"
         return format_html('<a href="{}">{}</a>', url, text)
 
-    @admin.display(description="conversation")
+    @admin.display(description=_("conversation"))
     def conversation_link(self, action: PendingAction) -> str:
         return change_link("conversation", action.conversation_id, action.conversation)
 
-    @admin.display(description="status", ordering="status")
+    @admin.display(description=_("status"), ordering="status")
     def coloured_status(self, action: PendingAction) -> str:
         return badge(
             Status.EXPIRED

@@ -9,6 +9,8 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
 from ..dispatch.confirmation import record_action
 from ..jobs import announce_completion
@@ -57,17 +59,17 @@ class JobAdmin(ReadOnlyAdmin):
         # may be writing the row).
         return obj is None and bool(request.user.has_perm("assistant.change_job"))
 
-    @admin.display(description="status", ordering="status")
+    @admin.display(description=_("status"), ordering="status")
     def coloured_status(self, job: Job) -> str:
         return badge(job.status)
 
-    @admin.display(description="progress")
+    @admin.display(description=_("progress"))
     def progress_bar(self, job: Job) -> str:
         return format_html(
             '<progress max="100" value="{}"></progress> {}%', job.progress, job.progress
         )
 
-    @admin.display(description="duration")
+    @admin.display(description=_("duration"))
     def duration(self, job: Job) -> str:
         if job.started_at is None:
             return "-"
@@ -75,11 +77,11 @@ class JobAdmin(ReadOnlyAdmin):
         seconds = ((job.finished_at or timezone.now()) - job.started_at).total_seconds()
         return f"{seconds:.1f} s"
 
-    @admin.display(description="error")
+    @admin.display(description=_("error"))
     def short_error(self, job: Job) -> str:
         return job.error.splitlines()[0][:80] if job.error else ""
 
-    @admin.action(description="Cancel the selected jobs", permissions=["change"])
+    @admin.action(description=_("Cancel the selected jobs"), permissions=["change"])
     def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         asked = 0
         for job in queryset.filter(status__in=[Job.Status.QUEUED, Job.Status.RUNNING]):
@@ -88,4 +90,9 @@ class JobAdmin(ReadOnlyAdmin):
                 record_action(request, "cancel_job", {"job": str(job.pk)}, domain="jobs")
             if job.status == Job.Status.CANCELLED:
                 announce_completion(job)  # it never started: no worker will say so
-        self.message_user(request, f"Asked {asked} job(s) to stop.", messages.SUCCESS)
+        self.message_user(
+            request,
+            ngettext("Asked %(count)s job to stop.", "Asked %(count)s jobs to stop.", asked)
+            % {"count": asked},
+            messages.SUCCESS,
+        )

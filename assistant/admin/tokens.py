@@ -8,6 +8,8 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
 
 from ..dispatch.confirmation import record_action
 from ..models import AccessToken
@@ -15,11 +17,15 @@ from .base import ReadOnlyAdmin, badge
 
 
 class UsableFilter(admin.SimpleListFilter):
-    title = "state"
+    title = _("state")
     parameter_name = "state"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("usable", "usable"), ("revoked", "revoked"), ("expired", "expired")]
+        return [
+            ("usable", gettext("usable")),
+            ("revoked", gettext("revoked")),
+            ("expired", gettext("expired")),
+        ]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         now = timezone.now()
@@ -67,7 +73,7 @@ class AccessTokenAdmin(ReadOnlyAdmin):
         # The Revoke action needs it on the list; a token's own page is never editable.
         return obj is None and bool(request.user.has_perm("assistant.change_accesstoken"))
 
-    @admin.display(description="state")
+    @admin.display(description=_("state"))
     def state(self, token: AccessToken) -> str:
         if token.revoked_at is not None:
             return badge("revoked")
@@ -75,7 +81,7 @@ class AccessTokenAdmin(ReadOnlyAdmin):
             return badge("expired")
         return badge("usable")
 
-    @admin.display(description="ceiling")
+    @admin.display(description=_("ceiling"))
     def ceiling(self, token: AccessToken) -> str:
         parts = []
         if token.max_risk:
@@ -84,7 +90,7 @@ class AccessTokenAdmin(ReadOnlyAdmin):
             parts.append(", ".join(token.operations))
         return "; ".join(parts) or "-"
 
-    @admin.action(description="Revoke selected tokens", permissions=["change"])
+    @admin.action(description=_("Revoke selected tokens"), permissions=["change"])
     def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[AccessToken]) -> None:
         revoked = 0
         for token in queryset.filter(revoked_at__isnull=True).select_related("user"):
@@ -96,4 +102,9 @@ class AccessTokenAdmin(ReadOnlyAdmin):
                     {"token": token.pk, "name": token.name, "owner": token.user.get_username()},
                     domain="tokens",
                 )
-        self.message_user(request, f"Revoked {revoked} token(s).", messages.SUCCESS)
+        self.message_user(
+            request,
+            ngettext("Revoked %(count)s token.", "Revoked %(count)s tokens.", revoked)
+            % {"count": revoked},
+            messages.SUCCESS,
+        )

@@ -8,6 +8,7 @@ from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
+from django.utils.translation import gettext
 
 from ..access.requirements import required_permissions
 from ..core.registry import registry
@@ -55,13 +56,13 @@ class ToolInventoryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         rows = []
         for tool in sorted(registry, key=lambda tool: (tool.domain, tool.operation)):
             row = inventory_row(tool)
-            row["permissions"] = ", ".join(required_permissions(tool)) or "public"
+            row["permissions"] = ", ".join(required_permissions(tool)) or gettext("public")
             if subject is not None:
                 row["hidden_because"] = "; ".join(reasons.get(tool.operation, ()))
                 row["visible"] = not reasons.get(tool.operation)
             rows.append(row)
         context = {
-            **page_context(self, request, "Tool inventory"),
+            **page_context(self, request, gettext("Tool inventory")),
             "rows": rows,
             "username": username,
             "subject": subject,

@@ -11,6 +11,8 @@ from django.db.models import Case, QuerySet, When
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 from guardian.admin import GuardedModelAdmin
 
@@ -55,7 +57,7 @@ class FindingInline(admin.TabularInline):  # type: ignore[type-arg]
         outcome = chosen_outcome(request)
         return findings.filter(outcome=outcome) if outcome else findings
 
-    @admin.display(description="outcome")
+    @admin.display(description=_("outcome"))
     def coloured_outcome(self, finding: ValidationFinding) -> str:
         return badge(RUN_STATUS_OF[finding.outcome])
 
@@ -94,7 +96,7 @@ class ValidationRunAdmin(ReadOnlyAdmin):
     class Media:
         css = {"all": ["assistant/admin.css"]}
 
-    @admin.display(description="status", ordering="status")
+    @admin.display(description=_("status"), ordering="status")
     def coloured_status(self, run: ValidationRun) -> str:
         return badge(run.status)
 
@@ -191,21 +193,21 @@ class ValidationTaskAdmin(GuardedModelAdmin):
             obj.owner = request.user
         super().save_model(request, obj, form, change)
 
-    @admin.display(description="target")
+    @admin.display(description=_("target"))
     def target(self, task: ValidationTask) -> str:
         return task.target_label
 
-    @admin.display(description="latest run")
+    @admin.display(description=_("latest run"))
     def latest_status(self, task: ValidationTask) -> str:
         run = task.runs.order_by("-created_at").first()
         return badge(run.status) if run is not None else "-"
 
-    @admin.display(description="pass rate of the recent runs")
+    @admin.display(description=_("pass rate of the recent runs"))
     def pass_rate_chart(self, task: ValidationTask) -> str:
         finished = task.runs.exclude(status__in=[Status.QUEUED, Status.RUNNING])
         runs = list(finished.order_by("-created_at")[:20])
         if not runs:
-            return "No finished runs yet."
+            return gettext("No finished runs yet.")
         bars = []
         for index, run in enumerate(reversed(runs)):
             total = run.passed + run.failed + run.warned
@@ -219,16 +221,22 @@ class ValidationTaskAdmin(GuardedModelAdmin):
             bars,
         )
         return format_html(
-            '<svg width="{}" height="64" role="img" aria-label="pass rate per run">{}</svg>',
+            '<svg width="{}" height="64" role="img" aria-label="{}">{}</svg>',
             len(bars) * 14,
+            _("pass rate per run"),
             rects,
         )
 
-    @admin.action(description="Run now", permissions=["run"])
+    @admin.action(description=_("Run now"), permissions=["run"])
     def run_now(self, request: HttpRequest, queryset: QuerySet[ValidationTask]) -> None:
         for task in queryset:
             self._run(request, task)
-        self.message_user(request, f"Started {queryset.count()} run(s).", messages.SUCCESS)
+        count = queryset.count()
+        self.message_user(
+            request,
+            ngettext("Started %(count)s run.", "Started %(count)s runs.", count) % {"count": count},
+            messages.SUCCESS,
+        )
 
     def has_run_permission(self, request: HttpRequest, obj: ValidationTask | None = None) -> bool:
         """Global, or (guardian) for this one task: its owner may run it."""
@@ -254,12 +262,14 @@ class ValidationTaskAdmin(GuardedModelAdmin):
         """The task page's Run now button: one run of this task, then back to its page."""
         task = self.get_object(request, object_id)
         if task is None:
-            raise Http404("No such validation task.")
+            raise Http404(gettext("No such validation task."))
         if not (self.has_view_permission(request, task) and self.has_run_permission(request, task)):
             raise PermissionDenied
         run = self._run(request, task)
         url = reverse("admin:assistant_validationrun_change", args=[run.pk])
-        started = format_html('Started <a href="{}">run {}</a> of “{}”.', url, run.pk, task.name)
+        started = format_html(
+            gettext('Started <a href="{}">run {}</a> of “{}”.'), url, run.pk, task.name
+        )
         self.message_user(request, started, messages.SUCCESS)
         return HttpResponseRedirect(
             reverse("admin:assistant_validationtask_change", args=[task.pk])

@@ -9,6 +9,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from django.utils.translation import gettext
+
 from ..conf import assistant_settings
 from ..core.declaration import AssistantTool
 from ..core.redaction import redacted_entities
@@ -105,6 +107,9 @@ async def within_deadline(work: asyncio.Future[Any], stop: Callable[[], None]) -
         current = asyncio.current_task()
         if not expired or (current is not None and current.cancelling()):
             raise  # a Stop, or this turn's own cancellation (a shutdown)
-        raise TurnDeadline(f"Cut short: the turn took longer than {seconds:g} s.") from None
+        raise TurnDeadline(
+            gettext("Cut short: the turn took longer than %(seconds)s s.")
+            % {"seconds": f"{seconds:g}"}
+        ) from None
     finally:
         timer.cancel()

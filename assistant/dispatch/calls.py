@@ -9,6 +9,7 @@ from time import perf_counter
 from typing import Any, NamedTuple
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.utils.translation import gettext
 
 from ..access.credentials import Credential
 from ..access.predicate import UserAccess
@@ -153,7 +154,7 @@ def _failure(tool: AssistantTool, exc: Exception) -> tuple[str, AssistantError]:
             return Decision.TIMEOUT, exc
         return Decision.FAILED, exc
     if isinstance(exc, DjangoPermissionDenied):
-        return Decision.DENIED, PermissionDenied(str(exc) or "Permission denied.")
+        return Decision.DENIED, PermissionDenied(str(exc) or gettext("Permission denied."))
     logger.exception("Tool %s raised", tool.operation, exc_info=exc)
     return Decision.FAILED, ToolFailed(
         f"{tool.operation} failed unexpectedly; the error has been logged."

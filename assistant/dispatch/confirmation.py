@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from asgiref.sync import async_to_sync, sync_to_async
 from django.db.models import Count
+from django.utils.translation import gettext
 
 from ..access.caches import access_for, reread_access
 from ..core.compiled import rows_for
@@ -283,7 +284,7 @@ def _cancelled(
         call = _refusal(action, context)
         return kept(call, audited(call, call.stop(Decision.EXPIRED, exc)))
     call = _refusal(action, context)
-    result = ToolResult(text=f"Cancelled {action.operation}.")
+    result = ToolResult(text=gettext("Cancelled %(operation)s.") % {"operation": action.operation})
     outcome = call.finish(Decision.CANCELLED, result=result)
     outcome.reason = answer.audit_reason(action, "refused")
     return kept(call, audited(call, outcome))
@@ -302,7 +303,10 @@ def unrefusable(call: Call, user: Any) -> Outcome | None:
     if ceiling is None or (tool is not None and ceiling.allows(tool)):
         return None
     return call.stop(
-        Decision.DENIED, OutsideTokenScope(f"This token does not allow {call.operation}.")
+        Decision.DENIED,
+        OutsideTokenScope(
+            gettext("This token does not allow %(operation)s.") % {"operation": call.operation}
+        ),
     )
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 from django.db import IntegrityError
+from django.utils.translation import gettext
 
 from ..access.approvals import policy_for
 from ..access.caches import cached_access
@@ -122,7 +123,8 @@ def open_action(call: Call) -> Outcome:
         # Deleted while its turn ran: nobody could see the action to answer it (a deletion
         # refuses the actions waiting in it). The call is audited, unlinked, as refused.
         return call.stop(
-            Decision.CANCELLED, Cancelled("The conversation was deleted; nothing was asked.")
+            Decision.CANCELLED,
+            Cancelled(gettext("The conversation was deleted; nothing was asked.")),
         )
     return call.finish(Decision.CONFIRMATION_REQUESTED)
 

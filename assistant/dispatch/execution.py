@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
+from django.utils.translation import gettext_lazy
 
 from ..core.cancellation import CancellationToken
 from ..core.declaration import AssistantTool
@@ -257,10 +258,19 @@ async def _awaited(tool: AssistantTool, tool_call: ToolCall, values: dict[str, A
     return await asyncio.wait_for(running, tool.timeout)
 
 
+# What a stopped call's user reads, by when it was stopped (``stopped``'s ``when``).
+STOPPED = {
+    "while running": gettext_lazy("Stopped while running."),
+    "before it ran": gettext_lazy("Stopped before it ran."),
+}
+
+
 def stopped(call: Call, when: str) -> Outcome:
     """The outcome of a call stopped ``when`` (while running, before it ran)."""
     return call.finish(
-        Decision.CANCELLED, error=Cancelled(f"Stopped {when}."), error_summary=f"stopped {when}"
+        Decision.CANCELLED,
+        error=Cancelled(STOPPED.get(when, when)),
+        error_summary=f"stopped {when}",
     )
 
 

@@ -14,6 +14,8 @@ from django.db import models
 from django.db.models import ExpressionWrapper, Value
 from django.db.models.functions import Now
 from django.utils import timezone
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from .. import signals
 from ..core.declaration import RiskLevel
@@ -104,18 +106,18 @@ class PendingAction(models.Model):
     """A risky call waiting for its user's confirmation: single use, bound to its arguments, expiring."""
 
     class Status(models.TextChoices):
-        PENDING = "pending"
-        CONFIRMED = "confirmed"
-        CANCELLED = "cancelled"
-        EXPIRED = "expired"
+        PENDING = "pending", _("Pending")
+        CONFIRMED = "confirmed", _("Confirmed")
+        CANCELLED = "cancelled", _("Cancelled")
+        EXPIRED = "expired", _("Expired")
 
     class Policy(models.TextChoices):
         """Who may approve, and how: from the tool's risk class unless settings say otherwise."""
 
-        AUTO = "auto"
-        CONFIRM = "confirm"
-        CONFIRM_WITH_REASON = "confirm_with_reason"
-        TWO_PERSON = "two_person"
+        AUTO = "auto", _("Auto")
+        CONFIRM = "confirm", _("Confirm")
+        CONFIRM_WITH_REASON = "confirm_with_reason", _("Confirm With Reason")
+        TWO_PERSON = "two_person", _("Two Person")
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     user = models.ForeignKey(
@@ -311,7 +313,9 @@ class PendingAction(models.Model):
             self.confirm_phrase
             and typed_text(phrase).casefold() != typed_text(self.confirm_phrase).casefold()
         ):
-            raise PhraseMismatch(f"Type {self.confirm_phrase!r} to confirm.")
+            raise PhraseMismatch(
+                gettext("Type %(phrase)s to confirm.") % {"phrase": repr(self.confirm_phrase)}
+            )
 
     @classmethod
     def decide(
@@ -391,7 +395,14 @@ class PendingAction(models.Model):
                 action.refresh_from_db()
         if action.status == cls.Status.EXPIRED:
             raise ActionExpired(
-                f"This {action.operation} request expired at "
-                f"{action.expires_at:%Y-%m-%d %H:%M:%S %Z}; ask again."
+                gettext("This %(operation)s request expired at %(when)s; ask again.")
+                % {
+                    "operation": action.operation,
+                    "when": f"{action.expires_at:%Y-%m-%d %H:%M:%S %Z}",
+                }
             )
-        raise AlreadyDecided(f"This action was already {action.status}.")
+        already: dict[str, str] = {
+            cls.Status.CONFIRMED: gettext("This action was already confirmed."),
+            cls.Status.CANCELLED: gettext("This action was already cancelled."),
+        }
+        raise AlreadyDecided(already.get(action.status, ""))

@@ -9,6 +9,7 @@ from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from ..core.declaration import RiskLevel
 from .actions import PendingAction
@@ -34,22 +35,25 @@ class AuditEntry(models.Model):
     """One dispatch: who asked for what, what was decided, how long it took."""
 
     class Decision(models.TextChoices):
-        EXECUTED = "executed"
-        FAILED = "failed"
-        DENIED = "denied"
-        INVALID = "invalid"
-        UNKNOWN = "unknown"
-        CONFIRMATION_REQUESTED = "confirmation_requested"
-        CLARIFY = "clarify"  # the tool's prepare hook asked which object was meant; nothing ran
-        CONFIRMED = "confirmed"
-        CANCELLED = "cancelled"
-        EXPIRED = "expired"
-        TIMEOUT = "timeout"
-        UNAVAILABLE = "unavailable"
-        NOT_READY = "not_ready"
-        OVER_BUDGET = "over_budget"
-        CLIENT_TOOL = "client_tool"  # the model proposed one of an AG-UI client's own tools
-        OVER_LIMIT = "over_limit"  # a bound refused calls or ended a turn (count, size, time)
+        EXECUTED = "executed", _("Executed")
+        FAILED = "failed", _("Failed")
+        DENIED = "denied", _("Denied")
+        INVALID = "invalid", _("Invalid")
+        UNKNOWN = "unknown", _("Unknown")
+        CONFIRMATION_REQUESTED = "confirmation_requested", _("Confirmation Requested")
+        # the tool's prepare hook asked which object was meant; nothing ran
+        CLARIFY = "clarify", _("Clarify")
+        CONFIRMED = "confirmed", _("Confirmed")
+        CANCELLED = "cancelled", _("Cancelled")
+        EXPIRED = "expired", _("Expired")
+        TIMEOUT = "timeout", _("Timeout")
+        UNAVAILABLE = "unavailable", _("Unavailable")
+        NOT_READY = "not_ready", _("Not Ready")
+        OVER_BUDGET = "over_budget", _("Over Budget")
+        # the model proposed one of an AG-UI client's own tools
+        CLIENT_TOOL = "client_tool", _("Client Tool")
+        # a bound refused calls or ended a turn (count, size, time)
+        OVER_LIMIT = "over_limit", _("Over Limit")
 
     id = models.BigAutoField(primary_key=True)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
@@ -91,7 +95,7 @@ class AuditEntry(models.Model):
 
     class Meta:
         ordering = ["-id"]
-        verbose_name_plural = "audit entries"
+        verbose_name_plural = _("audit entries")
         indexes = [
             models.Index(fields=["created_at"], name="assistant_audit_time"),
             models.Index(fields=["decision", "-id"], name="assistant_audit_decision"),

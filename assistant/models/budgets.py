@@ -9,6 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 
 class BudgetUsage(models.Model):
@@ -26,8 +27,8 @@ class BudgetUsage(models.Model):
 
     class Meta:
         ordering = ["-day", "user_id"]
-        verbose_name = "budget usage"
-        verbose_name_plural = "budget usage"
+        verbose_name = _("budget usage")
+        verbose_name_plural = _("budget usage")
         constraints = [
             models.UniqueConstraint(fields=["user", "day"], name="assistant_budget_user_day")
         ]

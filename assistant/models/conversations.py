@@ -9,6 +9,7 @@ from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from ..core.storable import storable, storable_text
 
@@ -41,15 +42,16 @@ class Conversation(models.Model):
 
 class Message(models.Model):
     class Role(models.TextChoices):
-        USER = "user"
-        ASSISTANT = "assistant"
+        USER = "user", _("User")
+        ASSISTANT = "assistant", _("Assistant")
 
     class Status(models.TextChoices):
-        IN_PROGRESS = "in_progress"
-        COMPLETE = "complete"
-        CANCELLED = "cancelled"
-        FAILED = "failed"
-        INTERRUPTED = "interrupted"  # its server process died mid-turn (``liveness``)
+        IN_PROGRESS = "in_progress", _("In Progress")
+        COMPLETE = "complete", _("Complete")
+        CANCELLED = "cancelled", _("Cancelled")
+        FAILED = "failed", _("Failed")
+        # its server process died mid-turn (``liveness``)
+        INTERRUPTED = "interrupted", _("Interrupted")
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     conversation = models.ForeignKey(

@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from ..core.declaration import RiskLevel
 
@@ -53,7 +54,7 @@ class AccessToken(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        verbose_name = "personal access token"
+        verbose_name = _("personal access token")
 
     def __str__(self) -> str:
         return f"{self.name} ({self.key_prefix}…)"

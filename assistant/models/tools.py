@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class Tool(models.Model):
@@ -11,7 +12,7 @@ class Tool(models.Model):
     class Meta:
         managed = False
         default_permissions = ()
-        verbose_name = "assistant tool"
+        verbose_name = _("assistant tool")
 
     def __str__(self) -> str:
         return "assistant tool"

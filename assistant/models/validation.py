@@ -6,6 +6,7 @@ from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from .jobs import Job
 
@@ -14,9 +15,9 @@ class ValidationTask(models.Model):
     """A persistent validation policy: what to check, with which rules, how often."""
 
     class Schedule(models.TextChoices):
-        NONE = "none"
-        INTERVAL = "interval"
-        CRON = "cron"
+        NONE = "none", _("None")
+        INTERVAL = "interval", _("Interval")
+        CRON = "cron", _("Cron")
 
     name = models.CharField(max_length=200)
     # A task sees what its owner may view; without one (made in code) it sees everything, so an
@@ -58,17 +59,17 @@ class ValidationRun(models.Model):
     """One run of a validation task, with counts computed from its findings."""
 
     class Status(models.TextChoices):
-        QUEUED = "queued"
-        RUNNING = "running"
-        PASSED = "passed"
-        FAILED = "failed"
-        WARNED = "warned"
-        ERRORED = "errored"
+        QUEUED = "queued", _("Queued")
+        RUNNING = "running", _("Running")
+        PASSED = "passed", _("Passed")
+        FAILED = "failed", _("Failed")
+        WARNED = "warned", _("Warned")
+        ERRORED = "errored", _("Errored")
 
     class Trigger(models.TextChoices):
-        USER = "user"
-        SCHEDULE = "schedule"
-        ASSISTANT = "assistant"
+        USER = "user", _("User")
+        SCHEDULE = "schedule", _("Schedule")
+        ASSISTANT = "assistant", _("Assistant")
 
     task = models.ForeignKey(ValidationTask, on_delete=models.CASCADE, related_name="runs")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
@@ -101,9 +102,9 @@ class ValidationRun(models.Model):
 
 class ValidationFinding(models.Model):
     class Outcome(models.TextChoices):
-        PASS = "pass"
-        FAIL = "fail"
-        WARN = "warn"
+        PASS = "pass", _("Pass")
+        FAIL = "fail", _("Fail")
+        WARN = "warn", _("Warn")
 
     run = models.ForeignKey(ValidationRun, on_delete=models.CASCADE, related_name="findings")
     rule = models.CharField(max_length=100)

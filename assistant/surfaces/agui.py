@@ -30,6 +30,7 @@ from asgiref.sync import sync_to_async
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import DatabaseError
 from django.http import StreamingHttpResponse
+from django.utils.translation import gettext
 from pydantic import TypeAdapter, ValidationError
 from rest_framework.request import Request
 
@@ -85,7 +86,9 @@ class AgentView(AssistantAPIView):
             answers = tuple(answer_of(entry) for entry in run_input.resume)
             wanted = Resumption(conversation=conversation, answers=answers)
             if waiting - {_canonical(answer.action) for answer in answers}:
-                refusal = InterruptPending("Answer every interrupt of the thread in one resume.")
+                refusal = InterruptPending(
+                    gettext("Answer every interrupt of the thread in one resume.")
+                )
         else:
             tools = client_tools(run_input)
             results = trailing_results(run_input)
@@ -127,26 +130,28 @@ def parse_input(data: Any) -> RunAgentInput:
             {"loc": [str(part) for part in error["loc"]], "msg": error["msg"]}
             for error in exc.errors(include_url=False, include_input=False)
         ]
-        raise InvalidRunInput("The body is not a valid RunAgentInput.", errors=errors) from None
+        raise InvalidRunInput(
+            gettext("The body is not a valid RunAgentInput."), errors=errors
+        ) from None
     for field, value in (("threadId", run_input.thread_id), ("runId", run_input.run_id)):
         if not 1 <= len(value) <= MAX_ID_LENGTH or not value.isprintable():
             raise InvalidRunInput(
-                "The body is not a valid RunAgentInput.",
+                gettext("The body is not a valid RunAgentInput."),
                 errors=[{"loc": [field], "msg": f"1 to {MAX_ID_LENGTH} printable characters"}],
             )
     interrupts = [entry.interrupt_id for entry in run_input.resume or []]
     if len(set(interrupts)) != len(interrupts):
-        raise InvalidRunInput("Each interrupt is answered once.", code="invalid_resume")
+        raise InvalidRunInput(gettext("Each interrupt is answered once."), code="invalid_resume")
     return run_input
 
 
 def new_text(run_input: RunAgentInput) -> str:
     """The trailing user message's text: the only part of ``messages`` taken (history is ours)."""
     if not run_input.messages:
-        raise InvalidRunInput("The run has no new user message.", code="no_user_message")
+        raise InvalidRunInput(gettext("The run has no new user message."), code="no_user_message")
     last = run_input.messages[-1]
     if not isinstance(last, UserMessage):
-        raise InvalidRunInput("The run has no new user message.", code="no_user_message")
+        raise InvalidRunInput(gettext("The run has no new user message."), code="no_user_message")
     return _text_of(last.content)
 
 
@@ -154,7 +159,7 @@ def _text_of(content: str | list[Any]) -> str:
     if isinstance(content, str):
         return content
     if not all(isinstance(part, TextPart) for part in content):
-        raise InvalidRunInput("Only text is understood here.", code="unsupported_content")
+        raise InvalidRunInput(gettext("Only text is understood here."), code="unsupported_content")
     return "".join(part.text for part in content if isinstance(part, TextPart))
 
 
@@ -167,7 +172,7 @@ def client_tools(run_input: RunAgentInput) -> tuple[ClientTool, ...]:
         parameters = tool.parameters if tool.parameters is not None else {"type": "object"}
         if not TOOL_NAME.fullmatch(tool.name) or not isinstance(parameters, dict):
             raise InvalidRunInput(
-                "The body is not a valid RunAgentInput.",
+                gettext("The body is not a valid RunAgentInput."),
                 errors=[
                     {
                         "loc": ["tools", str(index)],
@@ -193,7 +198,7 @@ def trailing_results(run_input: RunAgentInput) -> tuple[ClientResult, ...]:
         results.append(ClientResult(tool_call_id=message.tool_call_id, content=content))
     if results and not assistant_settings.AGUI_CLIENT_TOOLS:
         raise InvalidRunInput(
-            "Client tools are off here: a tool message answers nothing.",
+            gettext("Client tools are off here: a tool message answers nothing."),
             code="client_tools_disabled",
         )
     return tuple(reversed(results))
@@ -204,7 +209,9 @@ def check_results(results: tuple[ClientResult, ...], pending: list[str]) -> None
     given = [result.tool_call_id for result in results]
     if sorted(given) != sorted(pending):
         raise InvalidRunInput(
-            "The tool messages must answer the calls of your tools the last run made, each once.",
+            gettext(
+                "The tool messages must answer the calls of your tools the last run made, each once."
+            ),
             code="unknown_tool_call",
         )
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from itertools import groupby
 
+from django.utils.translation import gettext
+
 from ..access.approvals import policy_for
 from ..core.registry import ToolCall, ToolResult, assistant_tool
 from ..dispatch.catalog import visible_tools
@@ -22,12 +24,12 @@ def show_capabilities(call: ToolCall) -> ToolResult:
         visible_tools(call.user, session=call.session, ceiling=call.ceiling),
         key=lambda tool: (tool.domain, tool.title),
     )
-    lines = ["Here is what I can do for you:"]
+    lines = [gettext("Here is what I can do for you:")]
     data = []
     for domain, group in groupby(tools, key=lambda tool: tool.domain):
         lines.append(f"\n{domain.replace('_', ' ').capitalize()}\n")
         for tool in group:
-            flag = " (asks for confirmation)" if policy_for(tool).asks else ""
+            flag = gettext(" (asks for confirmation)") if policy_for(tool).asks else ""
             lines.append(f"- {tool.title}: {tool.description}{flag}")
             data.append(
                 {

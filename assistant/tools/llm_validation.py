@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from django.utils.translation import gettext
+
 from ..core.registry import ToolCall, ToolResult, assistant_tool
 from ..models import ValidationRun
 from ..validation import ValidationTaskService
@@ -35,7 +37,8 @@ def run_llm_validation(
     )
     assert run.job is not None
     return ToolResult(
-        text=f"Validation task {task.pk} started (run {run.pk}).",
+        text=gettext("Validation task %(task)s started (run %(run)s).")
+        % {"task": task.pk, "run": run.pk},
         task_id=str(run.job.pk),
         data={"validation_task": task.pk, "run": run.pk, "job": str(run.job.pk)},
     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 import uuid
 from typing import Annotated
 
+from django.utils.translation import gettext
+
 from ..core.registry import ToolCall, ToolResult, assistant_tool
 from ..jobs import job_event, job_title
 from ..models import Job
@@ -23,19 +25,22 @@ def get_task_status(
 ) -> ToolResult:
     job = Job.objects.visible_to(call.user).filter(pk=task_id).first()
     if job is None:
-        return ToolResult(text=f"No job {task_id} of yours.")
+        return ToolResult(text=gettext("No job %(id)s of yours.") % {"id": task_id})
 
     name = job_title(job)
     if job.status == Job.Status.RUNNING:
-        text = f"{name} is running: {job.progress}%" + (
-            f" — {job.progress_message}" if job.progress_message else ""
-        )
+        text = gettext("%(name)s is running: %(progress)s%%") % {
+            "name": name,
+            "progress": job.progress,
+        }
+        if job.progress_message:
+            text += f" — {job.progress_message}"
     elif job.status == Job.Status.QUEUED:
-        text = f"{name} is queued."
+        text = gettext("%(name)s is queued.") % {"name": name}
     elif job.status == Job.Status.SUCCEEDED:
-        text = f"{name} succeeded: {job.result}"
+        text = gettext("%(name)s succeeded: %(result)s") % {"name": name, "result": job.result}
     elif job.status == Job.Status.CANCELLED:
-        text = f"{name} was cancelled."
+        text = gettext("%(name)s was cancelled.") % {"name": name}
     else:
-        text = f"{name} failed: {job.error}"
+        text = gettext("%(name)s failed: %(error)s") % {"name": name, "error": job.error}
     return ToolResult(text=text, task_id=str(job.pk), data=job_event(job))

@@ -29,6 +29,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, Protocol
 
+from django.utils.translation import gettext, ngettext
+
 from ..core.cancellation import CancellationToken
 from ..core.lifecycle import Toolset
 from ..core.registry import ToolCall, ToolResult, assistant_tool
@@ -401,8 +403,10 @@ class SQLInspector(Toolset):
         schema = await self.tables()
         names = sorted(name for name in schema if not search or search.lower() in name.lower())
         if not names:
-            return ToolResult(text="No tables match.", data=[])
-        return ToolResult(text=f"{len(names)} tables: " + ", ".join(names), data=names)
+            return ToolResult(text=gettext("No tables match."), data=[])
+        listed = ", ".join(names)
+        text = ngettext("%(count)s table: %(names)s", "%(count)s tables: %(names)s", len(names))
+        return ToolResult(text=text % {"count": len(names), "names": listed}, data=names)
 
     @assistant_tool(
         operation="describe_table",
@@ -415,7 +419,9 @@ class SQLInspector(Toolset):
     async def describe_table(self, call: ToolCall, table: str) -> ToolResult:
         columns = (await self.tables()).get(table)
         if columns is None:
-            return ToolResult(text=f"There is no table named {table!r}.")
+            return ToolResult(
+                text=gettext("There is no table named %(table)s.") % {"table": repr(table)}
+            )
         rows = [
             {"column": name, "type": kind, "nullable": nullable} for name, kind, nullable in columns
         ]
@@ -443,17 +449,23 @@ class SQLInspector(Toolset):
             columns, fetched = await self.backend.query(sql, limit, self.statement_timeout)
         except QueryTimedOut as exc:
             raise ToolTimeout(
-                f"The query took longer than {self.statement_timeout:g} s and was stopped ({exc})."
+                gettext("The query took longer than %(seconds)s s and was stopped (%(error)s).")
+                % {"seconds": f"{self.statement_timeout:g}", "error": exc}
             ) from exc
         except QueryError as exc:
-            return ToolResult(text=f"The database refused the query: {exc}")
+            return ToolResult(
+                text=gettext("The database refused the query: %(error)s") % {"error": exc}
+            )
         truncated = len(fetched) > limit
         rows = [list(row) for row in fetched[:limit]]
         shown = rows[:SUMMARY_ROWS]
-        summary = f"{len(rows)}{'+' if truncated else ''} rows"
+        count = f"{len(rows)}{'+' if truncated else ''}"
+        summary = ngettext("%(count)s row", "%(count)s rows", len(rows)) % {"count": count}
         if len(rows) > len(shown):
-            summary += f" (first {len(shown)} shown)"
+            summary += gettext(" (first %(shown)s shown)") % {"shown": len(shown)}
         return ToolResult(
-            text=f"{summary}:\n{_table_text(shown, columns)}" if columns else "The query ran.",
+            text=f"{summary}:\n{_table_text(shown, columns)}"
+            if columns
+            else gettext("The query ran."),
             data={"columns": columns, "rows": rows, "truncated": truncated},
         )

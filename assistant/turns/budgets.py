@@ -15,6 +15,7 @@ from asgiref.sync import sync_to_async
 from django.db import DatabaseError
 from django.db.models import Sum
 from django.utils import timezone
+from django.utils.translation import gettext
 
 from ..conf import assistant_settings
 from ..dispatch.audit import write_audit
@@ -84,8 +85,11 @@ def check_budget(user: Any, *, conversation: Conversation | None, source: str) -
             user,
             conversation=conversation,
             source=source,
-            problem=f"You have reached your limit of {budget.turns_per_minute} assistant turns a "
-            "minute; try again in a minute.",
+            problem=gettext(
+                "You have reached your limit of %(turns)s assistant turns a minute; "
+                "try again in a minute."
+            )
+            % {"turns": budget.turns_per_minute},
         )
 
 
@@ -202,8 +206,11 @@ def reserve_call(
             user,
             conversation=conversation,
             source=source,
-            problem=f"You have used today's budget of {daily:,} language-model tokens; "
-            "it renews at midnight, or ask an administrator for more.",
+            problem=gettext(
+                "You have used today's budget of %(tokens)s language-model tokens; "
+                "it renews at midnight, or ask an administrator for more."
+            )
+            % {"tokens": f"{daily:,}"},
         )
     return CallBudget(reservation=reservation, prompt_tokens=prompt, reply_tokens=reply)
 

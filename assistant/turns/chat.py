@@ -14,6 +14,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError
+from django.utils.translation import gettext, gettext_lazy
 
 from ..access.caches import refresh_access
 from ..access.credentials import Credential
@@ -36,7 +37,7 @@ from .runs import Work, run_started_turn
 from .turn import ClientResult, ClientTool, Turn
 
 logger = logging.getLogger("assistant.chat")
-FRAME_FAILED = "Something went wrong; please try again."
+FRAME_FAILED = gettext_lazy("Something went wrong; please try again.")
 Listener = Callable[[dict[str, Any]], None]
 
 
@@ -420,8 +421,10 @@ async def answer_actions(turn: Turn, answers: tuple[ActionAnswer, ...]) -> None:
         if index:
             await turn.say("\n")
         if await sync_to_async(_answered_alike)(turn.user, answer):
-            verb = "approved" if answer.confirm else "rejected"
-            await turn.say(f"This action was already {verb}.")
+            if answer.confirm:
+                await turn.say(gettext("This action was already approved."))
+            else:
+                await turn.say(gettext("This action was already rejected."))
             continue
         outcome = await answer_action(
             turn, answer.action, confirm=answer.confirm, reason=answer.reason, phrase=answer.phrase

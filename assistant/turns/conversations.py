@@ -9,6 +9,7 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.utils.translation import gettext
 
 from ..core.storable import storable_text
 from ..dispatch.calls import CallContext
@@ -91,7 +92,9 @@ def take_client_results(conversation: Conversation) -> None:
     reply = _waiting_reply(conversation)
     if reply is None or not reply.take_client_results():
         raise InvalidRunInput(
-            "The tool messages must answer the calls of your tools the last run made, each once.",
+            gettext(
+                "The tool messages must answer the calls of your tools the last run made, each once."
+            ),
             code="unknown_tool_call",
         )
 
@@ -99,13 +102,15 @@ def take_client_results(conversation: Conversation) -> None:
 def check_title(title: Any) -> str:
     """A conversation title as it will be stored, or ``InvalidTitle``."""
     if not isinstance(title, str) or not title.strip():
-        raise InvalidTitle("The title is empty.")
+        raise InvalidTitle(gettext("The title is empty."))
     limit = Conversation._meta.get_field("title").max_length or 0
     title = " ".join(title.split())
     if len(title) > limit:
-        raise InvalidTitle(f"The title is longer than {limit} characters.")
+        raise InvalidTitle(
+            gettext("The title is longer than %(limit)s characters.") % {"limit": limit}
+        )
     if storable_text(title) != title:
-        raise InvalidTitle("The title contains a NUL character or an unpaired surrogate.")
+        raise InvalidTitle(gettext("The title contains a NUL character or an unpaired surrogate."))
     return title
 
 

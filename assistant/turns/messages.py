@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.utils.translation import gettext
 
 from .. import liveness
 from ..conf import assistant_settings
@@ -49,12 +50,16 @@ class TurnResult:
 def check_message(text: Any) -> str:
     """The message as it will be stored, or ``InvalidMessage``."""
     if not isinstance(text, str) or not text.strip():
-        raise InvalidMessage("The message is empty.")
+        raise InvalidMessage(gettext("The message is empty."))
     limit = assistant_settings.MAX_MESSAGE_LENGTH
     if len(text) > limit:
-        raise InvalidMessage(f"The message is longer than {limit} characters.")
+        raise InvalidMessage(
+            gettext("The message is longer than %(limit)s characters.") % {"limit": limit}
+        )
     if storable_text(text) != text:
-        raise InvalidMessage("The message contains a NUL character or an unpaired surrogate.")
+        raise InvalidMessage(
+            gettext("The message contains a NUL character or an unpaired surrogate.")
+        )
     return text.strip()
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError
+from django.utils.translation import gettext_lazy
 
 from .. import signals
 from ..access.caches import access_for
@@ -46,7 +47,7 @@ from .records import secrets_of as secrets_of
 from .records import short_title as short_title
 
 logger = logging.getLogger("assistant.turn")
-TURN_FAILED = (
+TURN_FAILED = gettext_lazy(
     "Sorry, something went wrong while answering; your message is saved. Please try again."
 )
 CLIENT_TOOL = "client_tool"  # a stored call's decision: the client's own tool, run by the client
@@ -404,7 +405,7 @@ class Turn:
         if isinstance(error, CutShort):
             await self.cut_short(error)
         if status == Message.Status.FAILED and not self._parts:
-            self._parts.append(error.message if error else TURN_FAILED)
+            self._parts.append(error.message if error else str(TURN_FAILED))
         await self.show_user_message()
         if self.user_message is not None and self.secrets - self._shown:
             # found after the echo (an LLM may speak first): the stored message forgets them
@@ -429,7 +430,7 @@ class Turn:
             code = error.code if error else "turn_failed"
             await self.emit(
                 events.run_error(
-                    error.message if error else TURN_FAILED, code, usage=self.token_usage()
+                    error.message if error else str(TURN_FAILED), code, usage=self.token_usage()
                 )
             )
         else:

@@ -35,7 +35,7 @@ def test_cancel_stops_a_queued_job_and_asks_a_running_one_to_stop(
     )
 
     assert response.redirect_chain == [(JOBS, 302)]
-    assert "Asked 2 job(s) to stop." in page_text(response)
+    assert "Asked 2 jobs to stop." in page_text(response)
     queued.refresh_from_db()
     running.refresh_from_db()
     finished.refresh_from_db()

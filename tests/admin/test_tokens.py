@@ -87,7 +87,7 @@ def test_revoking_selected_tokens_stops_them_and_is_audited(
         follow=True,
     )
 
-    assert "Revoked 2 token(s)." in page_text(response)
+    assert "Revoked 2 tokens." in page_text(response)
     for token in (laptop, ci, old):
         token.refresh_from_db()
     assert laptop.revoked_at is not None

@@ -40,7 +40,7 @@ def test_run_now_runs_the_task_and_audits_it(
         )
 
     assert response.redirect_chain == [(TASKS, 302)]
-    assert "Started 1 run(s)." in page_text(response)
+    assert "Started 1 run." in page_text(response)
     assert_ran_and_audited(access_task, superuser)
 
 

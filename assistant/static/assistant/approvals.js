@@ -47,7 +47,7 @@
     if (data.kind === "changes") {
       // a value that stays as it is is said once, not struck through and written again
       const same = rows.map((row) => shownValue(row.before) === shownValue(row.after));
-      const node = table(["Field", "Before", "After"], rows.map((row, i) => [row.field, row.before, same[i] ? "unchanged" : row.after]));
+      const node = table([gettext("Field"), gettext("Before"), gettext("After")], rows.map((row, i) => [row.field, row.before, same[i] ? gettext("unchanged") : row.after]));
       node.querySelectorAll("tbody tr").forEach((tr, i) => {
         if (same[i]) {
           tr.className = "unchanged";
@@ -71,12 +71,34 @@
     return box;
   }
 
-  // "expires in 9 min", "expires in 40 s"; "expired" once the time is up.
+  // "expires in 9 minutes", "expires in 40 seconds" in the page's language; "expired" once the time is up.
+  const RELATIVE = new Intl.RelativeTimeFormat(document.documentElement.lang || undefined);
   function remaining(ms) {
-    if (ms <= 0) return "expired";
-    if (ms >= 3600000) return "expires in " + Math.ceil(ms / 3600000) + " h";
-    if (ms >= 60000) return "expires in " + Math.ceil(ms / 60000) + " min";
-    return "expires in " + Math.ceil(ms / 1000) + " s";
+    if (ms <= 0) return gettext("expired");
+    const [count, unit] = ms >= 3600000 ? [Math.ceil(ms / 3600000), "hour"]
+      : ms >= 60000 ? [Math.ceil(ms / 60000), "minute"] : [Math.ceil(ms / 1000), "second"];
+    return interpolate(gettext("expires %(when)s"), { when: RELATIVE.format(count, unit) }, true);
+  }
+
+  // A decision or job status as people read it ("confirmation_requested": "confirmation requested").
+  function decisionLabel(code) {
+    const labels = {
+      executed: gettext("executed"), failed: gettext("failed"), denied: gettext("denied"),
+      invalid: gettext("invalid"), unknown: gettext("unknown"),
+      confirmation_requested: gettext("confirmation requested"), clarify: gettext("clarify"),
+      confirmed: gettext("confirmed"), cancelled: gettext("cancelled"), expired: gettext("expired"),
+      timeout: gettext("timeout"), unavailable: gettext("unavailable"), not_ready: gettext("not ready"),
+      over_budget: gettext("over budget"), client_tool: gettext("client tool"), over_limit: gettext("over limit"),
+      rejected: gettext("rejected"), done: gettext("done"), running: gettext("running"),
+      queued: gettext("queued"), succeeded: gettext("succeeded"),
+    };
+    const text = String(code || "");
+    return Object.prototype.hasOwnProperty.call(labels, text) ? labels[text] : text.replace(/_/g, " ");
+  }
+
+  function riskLabel(risk) {
+    const labels = { safe: pgettext("risk level", "safe"), guarded: pgettext("risk level", "guarded"), dangerous: pgettext("risk level", "dangerous") };
+    return Object.prototype.hasOwnProperty.call(labels, risk) ? labels[risk] : risk;
   }
 
   function tick() {
@@ -108,13 +130,13 @@
     const node = el("article", "approval");
     node.dataset.action = action.id;
     if (action.risk) node.dataset.risk = action.risk;
-    const summary = el("p", "approval-summary", action.summary || ("Confirm " + action.operation + "?"));
+    const summary = el("p", "approval-summary", action.summary || interpolate(gettext("Confirm %s?"), [action.operation]));
     summary.id = "approval-" + action.id + "-summary";
     node.setAttribute("aria-labelledby", summary.id);
 
     const meta = el("p", "approval-meta");
-    if (action.risk) meta.append(el("span", "risk " + action.risk, action.risk));
-    if (action.requested_by) meta.append(el("span", "requester", "requested by " + action.requested_by));
+    if (action.risk) meta.append(el("span", "risk " + action.risk, riskLabel(action.risk)));
+    if (action.requested_by) meta.append(el("span", "requester", interpolate(gettext("requested by %s"), [action.requested_by])));
     const expiry = el("time", "expiry");
     expiry.setAttribute("aria-live", "off");  // (the chat's approvals region must not read every tick)
     const expiresAt = Date.parse(action.expires_at);
@@ -127,7 +149,7 @@
     const form = el("div", "approval-form");
     let reason = null;
     if (action.policy === "confirm_with_reason") {
-      const label = el("label", "reason", "Reason (required)");
+      const label = el("label", "reason", gettext("Reason (required)"));
       reason = el("textarea");
       reason.rows = 2;
       reason.required = true;
@@ -137,8 +159,10 @@
     let phrase = null;
     if (action.confirm === "type" && action.confirm_phrase) {
       const label = el("label", "phrase");
-      const text = el("span", "", "Type ");
-      text.append(el("code", "", action.confirm_phrase), " to approve");
+      // "Type <code>phrase</code> to approve", the phrase where the language puts it
+      const [before, after] = gettext("Type %s to approve").split("%s");
+      const text = el("span", "", before);
+      text.append(el("code", "", action.confirm_phrase), after || "");
       label.append(text);
       phrase = el("input");
       phrase.type = "text";
@@ -150,13 +174,13 @@
     const secondPerson = action.policy === "two_person" && options.user && action.requested_by === options.user;
     const buttons = el("div", "buttons");
     const hold = action.confirm === "hold";
-    const approve = el("button", hold ? "primary hold" : "primary", hold ? "Hold to approve" : "Approve");
-    const reject = el("button", "ghost", "Reject");
+    const approve = el("button", hold ? "primary hold" : "primary", hold ? gettext("Hold to approve") : gettext("Approve"));
+    const reject = el("button", "ghost", gettext("Reject"));
     approve.type = reject.type = "button";
-    if (hold) approve.setAttribute("aria-description", "press and hold for a second (Space or Enter)");
+    if (hold) approve.setAttribute("aria-description", gettext("press and hold for a second (Space or Enter)"));
     if (secondPerson) {
       approve.hidden = true;
-      form.append(el("p", "approval-note", "Waiting for a second person to approve."));
+      form.append(el("p", "approval-note", gettext("Waiting for a second person to approve.")));
     }
     buttons.append(approve, reject);
     const result = el("p", "approval-result");
@@ -181,7 +205,7 @@
       if (options.decide && !options.decide(action, given)) return;
       answered = true;
       node.querySelectorAll("button, input, textarea").forEach((control) => { control.disabled = true; });
-      settle(confirm ? "Approving…" : "Rejecting…", "working");
+      settle(confirm ? gettext("Approving…") : gettext("Rejecting…"), "working");
     }
 
     function settle(text, decision) {
@@ -258,5 +282,7 @@
     return sent;
   }
 
-  window.AssistantApprovals = { card: card, mount: mount, frame: frame, preview: preview, remaining: remaining };
+  window.AssistantApprovals = {
+    card: card, mount: mount, frame: frame, preview: preview, remaining: remaining, decisionLabel: decisionLabel,
+  };
 })();

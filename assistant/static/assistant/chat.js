@@ -37,6 +37,10 @@
     return words.charAt(0).toUpperCase() + words.slice(1);
   }
 
+  // Times and dates in the page's language (its <html lang>, the server's active language).
+  const LOCALE = document.documentElement.lang || undefined;
+  const RELATIVE = new Intl.RelativeTimeFormat(LOCALE, { numeric: "auto" });
+
   function el(tag, className, text) {
     const node = document.createElement(tag);
     if (className) node.className = className;
@@ -53,12 +57,12 @@
     // "assistant.bursts": the server sends a run's events a burst at a time, as JSON arrays
     const socket = new WebSocket(scheme + location.host + root.dataset.websocket, ["assistant.bursts"]);
     state.socket = socket;
-    setStatus("connecting", "connecting…");
+    setStatus("connecting", gettext("connecting…"));
     socket.onopen = () => {
       state.retry = 0;
       if (state.unanswered >= NOT_SERVED_AFTER) ui.notice.hidden = true;  // it is served after all
       state.unanswered = -1;  // it was served: a later outage is a reconnect, not a misconfiguration
-      setStatus("open", "connected");
+      setStatus("open", gettext("connected"));
       if (state.conversation) resume(state.conversation);
     };
     socket.onmessage = (message) => {
@@ -69,24 +73,24 @@
     socket.onclose = (event) => {
       play(true);  // what this socket sent shows before its closing is judged
       if (event.code === 4401) {
-        setStatus("closed", "signed out");
+        setStatus("closed", gettext("signed out"));
         location.reload();
         return;
       }
       // a deactivated account: the server said so (assistant.error); retrying cannot help
-      if (event.code === 4403) return setStatus("closed", "account deactivated");
+      if (event.code === 4403) return setStatus("closed", gettext("account deactivated"));
       unconfirmed();
-      if (event.code === 4008) showNotice("The connection fell behind and was closed; reconnecting.", true);
+      if (event.code === 4008) showNotice(gettext("The connection fell behind and was closed; reconnecting."), true);
       // (an error the server sent before closing stays on screen)
-      if (event.code === 1011 && ui.notice.hidden) showNotice("The server closed the connection after an error; reconnecting.", true);
+      if (event.code === 1011 && ui.notice.hidden) showNotice(gettext("The server closed the connection after an error; reconnecting."), true);
       if (state.unanswered >= 0 && ++state.unanswered >= NOT_SERVED_AFTER) {
         // never a handshake since the page loaded: nothing serves the websocket here (WSGI
         // runserver, a fresh project's plain asgi.py)
-        showNotice("The chat's websocket is not served at " + root.dataset.websocket +
-          ": is an ASGI server (daphne) running this project?", true);
-        setStatus("closed", "not served");
+        showNotice(interpolate(gettext("The chat's websocket is not served at %(path)s: is an ASGI server (daphne) running this project?"),
+          { path: root.dataset.websocket }, true), true);
+        setStatus("closed", gettext("not served"));
       } else {
-        setStatus("closed", "reconnecting…");
+        setStatus("closed", gettext("reconnecting…"));
       }
       const delay = Math.min(1000 * 2 ** state.retry++, 10000);
       setTimeout(connect, delay);
@@ -98,7 +102,7 @@
       state.socket.send(JSON.stringify(frame));
       return true;
     }
-    showNotice("Not connected yet; try again in a moment.", true);
+    showNotice(gettext("Not connected yet; try again in a moment."), true);
     return false;
   }
 
@@ -203,7 +207,7 @@
       const outcome = frame.outcome || {};
       if (outcome.type === "interrupt") outcome.interrupts.forEach((interrupt) => addApproval(fromInterrupt(interrupt)));
       if (outcome.type === "cancelled") {
-        if (frame.result) markMessage(frame.result.message, "stopped");
+        if (frame.result) markMessage(frame.result.message, gettext("stopped"));
         settleCards("cancelled");
       }
       setRunning(null);
@@ -221,16 +225,17 @@
       if (frame.name === "assistant.outcome") {
         const card = toolCard(value.tool_call_id, value.operation);
         const badge = card.querySelector(".badge");
-        badge.textContent = value.decision.replace("_", " ");
+        badge.textContent = AssistantApprovals.decisionLabel(value.decision);
         badge.className = "badge " + value.decision;
         render.showData(card, value.data, value.data_omitted);
         if (value.decision !== "confirmation_requested") removeApproval(value.pending_action);
       } else if (frame.name === "assistant.notice") {
         showNotice(value.message, false);
       } else if (frame.name === "assistant.queued") {
-        showNotice("Your message waits for a free slot on the server; it will be answered shortly.", false);
+        showNotice(gettext("Your message waits for a free slot on the server; it will be answered shortly."), false);
       } else if (frame.name === "assistant.snapshot" && value.more) {
-        const note = el("p", "older", "Only the last " + value.messages + " messages are shown.");
+        const note = el("p", "older", interpolate(ngettext("Only the last %s message is shown.",
+          "Only the last %s messages are shown.", value.messages), [value.messages]));
         note.id = "older";
         ui.messages.prepend(note);
       } else if (frame.name === "assistant.pending_actions") {
@@ -259,7 +264,7 @@
 
   function showError(value) {
     if (NOT_STORED.has(value.code)) notSent();
-    showNotice(value.message || "Something went wrong.", true);
+    showNotice(value.message || gettext("Something went wrong."), true);
   }
 
   // The run of the message being sent has started: the server has stored it.
@@ -267,7 +272,7 @@
     const node = state.sending;
     if (!node || node.dataset.stored) return;
     node.dataset.stored = "1";
-    node.querySelector(".state").textContent = "saved";
+    node.querySelector(".state").textContent = gettext("saved");
   }
 
   // The connection dropped before the server said anything: the message may or may not be stored.
@@ -277,7 +282,7 @@
     state.sending = null;
     node.id = "";
     node.classList.replace("sending", "failed");
-    node.querySelector(".state").textContent = "connection lost: it may not have been sent (reload to check)";
+    node.querySelector(".state").textContent = gettext("connection lost: it may not have been sent (reload to check)");
   }
 
   // ---- the message being sent: shown as sending, then as the server's echo or as not sent ----
@@ -287,7 +292,7 @@
     ui.empty.hidden = true;
     const node = el("div", "bubble user sending");
     node.id = "m-sending";
-    node.append(el("div", "tools"), el("div", "text", text), el("span", "state", "sending…"));
+    node.append(el("div", "tools"), el("div", "text", text), el("span", "state", gettext("sending…")));
     ui.messages.append(node);
     state.sending = node;
     scrollDown();
@@ -339,12 +344,12 @@
       card = el("details", "tool");
       card.id = "t-" + id;
       const summary = el("summary");
-      const label = el("span", "tool-name", toolTitle(name) || "Tool");
+      const label = el("span", "tool-name", toolTitle(name) || gettext("Tool"));
       if (name) {
         card.dataset.operation = name;
         label.title = name;  // the operation's own name, for whoever needs it
       }
-      summary.append(el("span", "", "⚙"), label, el("span", "badge running", "running"));
+      summary.append(el("span", "", "⚙"), label, el("span", "badge running", AssistantApprovals.decisionLabel("running")));
       card.append(summary, el("pre", "args"), el("pre", "result"));
       host.querySelector(".tools").append(card);
       scrollDown();
@@ -355,7 +360,7 @@
   // Cards a finished run left without a decision (its events were cut short) get one.
   function settleCards(decision) {
     ui.messages.querySelectorAll(".badge.running").forEach((badge) => {
-      badge.textContent = decision;
+      badge.textContent = AssistantApprovals.decisionLabel(decision);
       badge.className = "badge " + decision;
     });
   }
@@ -368,11 +373,11 @@
       card = el("div", "job");
       card.id = "j-" + job.id;
       const head = el("div", "job-head");
-      const cancel = el("button", "ghost", "Cancel");
+      const cancel = el("button", "ghost", gettext("Cancel"));
       cancel.type = "button";
       cancel.onclick = () => { if (send({ type: "cancel_job", job: job.id })) cancel.disabled = true; };
       if (job.operation) card.dataset.operation = job.operation;
-      head.append(el("span", "job-title", job.title || toolTitle(job.operation) || "Background job"), el("span", "badge", job.status), cancel);
+      head.append(el("span", "job-title", job.title || toolTitle(job.operation) || gettext("Background job")), el("span", "badge", AssistantApprovals.decisionLabel(job.status)), cancel);
       const bar = el("progress");
       bar.max = 100;
       card.append(head, bar, el("div", "job-message"));
@@ -380,7 +385,7 @@
     }
     const finished = ["succeeded", "failed", "cancelled"].includes(job.status);
     const badge = card.querySelector(".badge");
-    badge.textContent = job.status;
+    badge.textContent = AssistantApprovals.decisionLabel(job.status);
     badge.className = "badge " + ({ succeeded: "executed", failed: "failed", cancelled: "cancelled" }[job.status] || "running");
     if (job.status === "succeeded" && job.failures > 0) withFailures(badge, job.failures);
     card.querySelector("progress").value = job.progress;
@@ -391,7 +396,7 @@
 
   // A job that ran to its end but found failures (a validation run's): not a green success.
   function withFailures(badge, count) {
-    badge.textContent = "finished with " + count + (count === 1 ? " failure" : " failures");
+    badge.textContent = interpolate(ngettext("finished with %s failure", "finished with %s failures", count), [count]);
     badge.className = "badge with_failures";
   }
 
@@ -410,7 +415,7 @@
         const card = toolCard(call.id, call.function.name, message.id);
         const decision = (meta.decisions || {})[call.id] || "done";
         card.querySelector(".args").textContent = call.function.arguments;
-        card.querySelector(".badge").textContent = decision.replace("_", " ");
+        card.querySelector(".badge").textContent = AssistantApprovals.decisionLabel(decision);
         card.querySelector(".badge").className = "badge " + decision;
         const result = (meta.results || {})[call.id] || {};
         card.querySelector(".result").textContent = result.text || "";
@@ -420,7 +425,7 @@
       else node.querySelector(".text").textContent = message.content || "";
       stamp(node, meta.createdAt);
       node.dataset.complete = "1";
-      if (meta.status === "cancelled") markMessage(message.id, "stopped");
+      if (meta.status === "cancelled") markMessage(message.id, gettext("stopped"));
       if (meta.status === "failed" || meta.status === "interrupted") node.classList.add("failed");
     });
     ui.empty.hidden = frame.messages.length > 0;
@@ -472,7 +477,7 @@
     Object.keys(state.waiting).forEach((id) => { if (id !== state.conversation) count += state.waiting[id]; });
     const link = ui.elsewhere.querySelector("a");  // (the status region stays, so changes are read out)
     link.hidden = !count;
-    link.textContent = count ? count + (count === 1 ? " approval" : " approvals") + " waiting" : "";
+    link.textContent = count ? interpolate(ngettext("%s approval waiting", "%s approvals waiting", count), [count]) : "";
   }
 
   function decide(action, answer) {
@@ -538,7 +543,7 @@
         if (search !== $("search-input").value.trim()) return;  // an answer to an older search
         ui.conversations.replaceChildren(...page.results.map((conversation) => {
           const item = el("div", "conversation");
-          const link = el("a", "", conversation.title || "Untitled");
+          const link = el("a", "", conversation.title || gettext("Untitled"));
           link.href = "?c=" + conversation.id;
           link.dataset.id = conversation.id;
           link.onclick = (event) => {
@@ -560,20 +565,21 @@
       link.setAttribute("aria-current", String(link.dataset.id === state.conversation));
       if (link.dataset.id === state.conversation) ui.title.textContent = link.textContent;
     });
-    if (!state.conversation) ui.title.textContent = "New conversation";
+    if (!state.conversation) ui.title.textContent = gettext("New conversation");
     titleTab();
   }
 
   // ---- conversation basics: timestamps, the tab's title, rename, delete, search -------------
 
-  // A time as people read it in a list: "just now", "5 min ago", "14:05" today, else a date;
+  // A time as people read it in a list, in the page's language (Intl): "now", "5 minutes ago",
+  // "14:05" today, else a date;
   // the exact local time is in its title (a tooltip), the ISO instant in its datetime.
   function timeElement(when) {
     const date = when === undefined || when === null ? null : new Date(when);
     const node = el("time");
     if (!date || isNaN(date)) return node;
     node.dateTime = date.toISOString();
-    node.title = date.toLocaleString();
+    node.title = new Intl.DateTimeFormat(LOCALE, { dateStyle: "medium", timeStyle: "medium" }).format(date);
     relabel(node);
     return node;
   }
@@ -582,13 +588,13 @@
     const date = new Date(node.dateTime);
     const seconds = (Date.now() - date.getTime()) / 1000;
     const now = new Date();
-    if (seconds < 60) node.textContent = "just now";
-    else if (seconds < 3600) node.textContent = Math.floor(seconds / 60) + " min ago";
-    else if (now.toDateString() === date.toDateString()) node.textContent = date.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
-    else node.textContent = date.toLocaleDateString([], { day: "numeric", month: "short", year: date.getFullYear() === now.getFullYear() ? undefined : "numeric" });
+    if (seconds < 60) node.textContent = RELATIVE.format(0, "second");
+    else if (seconds < 3600) node.textContent = RELATIVE.format(-Math.floor(seconds / 60), "minute");
+    else if (now.toDateString() === date.toDateString()) node.textContent = new Intl.DateTimeFormat(LOCALE, { hour: "2-digit", minute: "2-digit" }).format(date);
+    else node.textContent = new Intl.DateTimeFormat(LOCALE, { day: "numeric", month: "short", year: date.getFullYear() === now.getFullYear() ? undefined : "numeric" }).format(date);
   }
 
-  // "just now" does not stay true: the labels follow the clock.
+  // "now" does not stay true: the labels follow the clock.
   setInterval(() => root.querySelectorAll("time[datetime]").forEach(relabel), 30000);
 
   // A message's time, once (replays and streaming deltas do not move it).
@@ -601,7 +607,7 @@
 
   function titleTab() {
     const named = state.conversation && ui.title.textContent;
-    document.title = named ? ui.title.textContent + " · Assistant" : "Assistant";
+    document.title = named ? interpolate(gettext("%s · Assistant"), [ui.title.textContent]) : gettext("Assistant");
     $("conversation-actions").hidden = !state.conversation;
     if (!state.conversation) $("rename-form").hidden = true;
   }
@@ -615,7 +621,7 @@
     }).then((response) => {
       if (response.ok) return response;
       return response.json().catch(() => ({})).then((error) => {
-        throw new Error(error.detail || "The server refused (" + response.status + ").");
+        throw new Error(error.detail || interpolate(gettext("The server refused (%s)."), [response.status]));
       });
     });
   }
@@ -649,12 +655,12 @@
       .catch((error) => showNotice(error.message, true));
   });
   $("delete").addEventListener("click", () => {
-    if (!state.conversation || !confirm("Delete “" + ui.title.textContent + "” and its messages? The audit trail keeps its record of the tool calls; waiting approvals are cancelled.")) return;
+    if (!state.conversation || !confirm(interpolate(gettext("Delete “%s” and its messages? The audit trail keeps its record of the tool calls; waiting approvals are cancelled."), [ui.title.textContent]))) return;
     conversationRequest("DELETE")
       .then(() => {
         openConversation(null);
         loadConversations();
-        showNotice("Conversation deleted.", false);
+        showNotice(gettext("Conversation deleted."), false);
       })
       .catch((error) => showNotice(error.message, true));
   });

@@ -26,7 +26,7 @@
 
   function decide(action, answer) {
     if (!socket || socket.readyState !== WebSocket.OPEN) {
-      say("Not connected yet; try again in a moment.");
+      say(gettext("Not connected yet; try again in a moment."));
       return false;
     }
     socket.send(JSON.stringify(AssistantApprovals.frame(action, answer)));
@@ -47,11 +47,11 @@
     if (frame.type !== "CUSTOM") return;
     if (frame.name === "assistant.outcome" && value.pending_action && answered.includes(value.pending_action)) {
       const decision = String(value.decision || "");
-      settle(value.pending_action, decision.replace("_", " ") + (value.text ? ": " + value.text : ""), decision);
+      settle(value.pending_action, AssistantApprovals.decisionLabel(decision) + (value.text ? ": " + value.text : ""), decision);
     } else if (frame.name === "assistant.error") {
       // a refused answer names no action: it is the oldest one still waiting for its outcome
-      if (answered.length) settle(answered[0], value.message || "Something went wrong.", "error");
-      else say(value.message || "Something went wrong.");
+      if (answered.length) settle(answered[0], value.message || gettext("Something went wrong."), "error");
+      else say(value.message || gettext("Something went wrong."));
     }
   }
 
@@ -65,7 +65,7 @@
     };
     socket.onclose = (event) => {
       if (event.code === 4401) { location.reload(); return; }
-      say("Reconnecting…");
+      say(gettext("Reconnecting…"));
       setTimeout(connect, Math.min(1000 * 2 ** retry++, 10000));
     };
   }

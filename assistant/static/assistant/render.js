@@ -141,8 +141,8 @@
     const copy = document.createElement("button");
     copy.type = "button";
     copy.className = "copy ghost";
-    copy.textContent = "Copy";
-    copy.setAttribute("aria-label", "Copy code");
+    copy.textContent = gettext("Copy");
+    copy.setAttribute("aria-label", gettext("Copy code"));
     copy.addEventListener("click", () => copyCode(wrapper, copy));
     wrapper.append(copy, block);
     wrapper._code = true;
@@ -157,10 +157,10 @@
     const text = wrapper.querySelector("pre").textContent;
     const done = (label) => {
       button.textContent = label;
-      setTimeout(() => { button.textContent = "Copy"; }, 1500);
+      setTimeout(() => { button.textContent = gettext("Copy"); }, 1500);
     };
     if (navigator.clipboard && window.isSecureContext) {
-      navigator.clipboard.writeText(text).then(() => done("Copied"), () => fallbackCopy(text, done));
+      navigator.clipboard.writeText(text).then(() => done(gettext("Copied")), () => fallbackCopy(text, done));
     } else {
       fallbackCopy(text, done);
     }
@@ -177,7 +177,7 @@
     let copied = false;
     try { copied = document.execCommand("copy"); } catch (error) { copied = false; }
     area.remove();
-    done(copied ? "Copied" : "Press Ctrl+C");
+    done(copied ? gettext("Copied") : gettext("Press Ctrl+C"));
   }
 
   // A tool's text that the reply already says (the keyword planner's reply is its tools' text)
@@ -307,7 +307,7 @@
     const more = document.createElement("button");
     more.type = "button";
     more.className = "ghost show-all";
-    more.textContent = "Show all " + table.rows.length + " rows";
+    more.textContent = interpolate(ngettext("Show all %s row", "Show all %s rows", table.rows.length), [table.rows.length]);
 
     table.columns.forEach((name, index) => {
       const th = document.createElement("th");
@@ -377,7 +377,7 @@
   function tooBig() {
     const note = document.createElement("p");
     note.className = "data-table data-omitted";
-    note.textContent = "This result is too big to show as a table.";
+    note.textContent = gettext("This result is too big to show as a table.");
     return note;
   }
 

@@ -8,6 +8,7 @@
   const opener = $("open-tokens");
   if (!root || !dialog || !opener) return;
   const endpoint = root.dataset.tokens;
+  const LOCALE = document.documentElement.lang || undefined;
 
   function el(tag, className, text) {
     const node = document.createElement(tag);
@@ -25,7 +26,7 @@
     }).then((response) => response.json().catch(() => ({})).then((answer) => {
       if (response.ok) return answer;
       const errors = answer.errors ? Object.entries(answer.errors).map(([field, problem]) => field + ": " + [].concat(problem).join(" ")) : [];
-      throw new Error([answer.detail || "The server refused (" + response.status + ")."].concat(errors).join(" "));
+      throw new Error([answer.detail || interpolate(gettext("The server refused (%s)."), [response.status])].concat(errors).join(" "));
     }));
   }
 
@@ -37,22 +38,26 @@
   function when(value, none) {
     if (!value) return el("span", "muted", none);
     const date = new Date(value);
-    const node = el("time", "", date.toLocaleDateString([], { day: "numeric", month: "short", year: "numeric" }));
+    const node = el("time", "", new Intl.DateTimeFormat(LOCALE, { day: "numeric", month: "short", year: "numeric" }).format(date));
     node.dateTime = date.toISOString();
-    node.title = date.toLocaleString();
+    node.title = new Intl.DateTimeFormat(LOCALE, { dateStyle: "medium", timeStyle: "medium" }).format(date);
     return node;
   }
 
   function ceiling(token) {
     const parts = [];
-    if (token.max_risk) parts.push("up to " + token.max_risk);
+    if (token.max_risk) parts.push(interpolate(gettext("up to %s"), [token.max_risk]));
     if (token.operations && token.operations.length) parts.push(token.operations.join(", "));
-    return parts.join("; ") || "none";
+    return parts.join("; ") || gettext("none");
   }
 
   function state(token) {
     if (token.revoked_at) return "revoked";
     return token.usable ? "usable" : "expired";
+  }
+
+  function stateLabel(token) {
+    return { revoked: gettext("revoked"), usable: gettext("usable"), expired: gettext("expired") }[state(token)];
   }
 
   function row(token) {
@@ -63,9 +68,9 @@
     const prefix = el("td");
     prefix.append(el("code", "", token.key_prefix + "…"));
     const status = el("td");
-    status.append(el("span", "badge " + state(token), state(token)));
+    status.append(el("span", "badge " + state(token), stateLabel(token)));
     const cells = [name, prefix, el("td", "", ceiling(token))];
-    for (const [field, none] of [["created_at", ""], ["expires_at", "never"], ["last_used_at", "never"]]) {
+    for (const [field, none] of [["created_at", ""], ["expires_at", gettext("never")], ["last_used_at", gettext("never")]]) {
       const cell = el("td");
       cell.append(when(token[field], none));
       cells.push(cell);
@@ -73,9 +78,9 @@
     cells.push(status);
     const action = el("td");
     if (!token.revoked_at) {
-      const revoke = el("button", "ghost revoke", "Revoke");
+      const revoke = el("button", "ghost revoke", gettext("Revoke"));
       revoke.type = "button";
-      revoke.setAttribute("aria-label", "Revoke " + token.name);
+      revoke.setAttribute("aria-label", interpolate(gettext("Revoke %s"), [token.name]));
       revoke.addEventListener("click", () => revokeToken(token, revoke));
       action.append(revoke);
     }
@@ -95,7 +100,7 @@
   }
 
   function revokeToken(token, button) {
-    if (!confirm("Revoke “" + token.name + "”? Every client using it is refused from now on.")) return;
+    if (!confirm(interpolate(gettext("Revoke “%s”? Every client using it is refused from now on."), [token.name]))) return;
     button.disabled = true;
     request(endpoint + token.id + "/", "DELETE")
       .then(() => load())
@@ -133,13 +138,13 @@
 
   $("copy-token").addEventListener("click", () => {
     const secret = $("token-secret");
-    const copied = () => { $("token-copied").textContent = "Copied."; };
+    const copied = () => { $("token-copied").textContent = gettext("Copied."); };
     const fallback = () => {
       secret.select();
       try {
         if (document.execCommand("copy")) return copied();
       } catch (error) { /* below */ }
-      $("token-copied").textContent = "Select the token and copy it yourself.";
+      $("token-copied").textContent = gettext("Select the token and copy it yourself.");
     };
     if (navigator.clipboard && window.isSecureContext) navigator.clipboard.writeText(secret.value).then(copied, fallback);
     else fallback();

@@ -12,6 +12,7 @@ from django.apps import apps
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http import Http404
+from django.utils.translation import gettext, gettext_lazy
 from drf_spectacular.authentication import SessionScheme
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import extend_schema as spectacular_extend_schema
@@ -87,13 +88,13 @@ class BearerAuthentication(BaseAuthentication):
             return None
         if len(words) != 2:
             raise exceptions.AuthenticationFailed(
-                "Send one token: Authorization: Bearer <token>.", code=InvalidToken.code
+                gettext("Send one token: Authorization: Bearer <token>."), code=InvalidToken.code
             )
         try:
             bearer = authenticate_bearer(words[1].decode("ascii"))
         except UnicodeDecodeError:
             raise exceptions.AuthenticationFailed(
-                "This token is not valid.", code=InvalidToken.code
+                gettext("This token is not valid."), code=InvalidToken.code
             ) from None
         except InvalidToken as exc:
             raise exceptions.AuthenticationFailed(exc.message, code=exc.code) from None
@@ -175,18 +176,18 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
         exc = exceptions.PermissionDenied()
     elif isinstance(exc, RequestDataTooBig):  # past DATA_UPLOAD_MAX_MEMORY_SIZE: nothing read
         return Response(
-            error_body("request_too_large", "The request body is too large."),
+            error_body("request_too_large", gettext("The request body is too large.")),
             status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
         )
     elif isinstance(exc, SuspiciousOperation):  # (too many fields, a malformed multipart body)
         return Response(
-            error_body("bad_request", "The request could not be read."),
+            error_body("bad_request", gettext("The request could not be read.")),
             status=status.HTTP_400_BAD_REQUEST,
         )
     if not isinstance(exc, exceptions.APIException):
         logger.exception("Unhandled error in the assistant API", exc_info=exc)
         return Response(
-            error_body("server_error", "Something went wrong on our side."),
+            error_body("server_error", gettext("Something went wrong on our side.")),
             status=status.HTTP_500_INTERNAL_SERVER_ERROR,
         )
     headers: dict[str, str] = {}
@@ -197,7 +198,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
         headers["Retry-After"] = str(int(wait))
     if isinstance(exc, exceptions.ValidationError):
         return Response(
-            error_body("invalid", "The request is not valid.", exc.detail),
+            error_body("invalid", gettext("The request is not valid."), exc.detail),
             status=exc.status_code,
             headers=headers,
         )
@@ -213,7 +214,7 @@ class WithinTokenScope(BasePermission):
     """A token with a ceiling changes things only through the tools it reaches: its writes go to
     views that apply the ceiling themselves (dispatch, turns, confirmations); reads go anywhere."""
 
-    message = "This token may only use the tools within its ceiling."
+    message = gettext_lazy("This token may only use the tools within its ceiling.")
     code = "token_scope"
 
     def has_permission(self, request: Request, view: APIView) -> bool:

@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.utils import timezone
+from django.utils.translation import gettext
 from drf_spectacular.utils import PolymorphicProxySerializer
 from rest_framework import serializers
 from rest_framework.utils import html
@@ -31,7 +32,7 @@ class FormInput(serializers.Serializer[Any]):
     def to_internal_value(self, data: Any) -> Any:
         if html.is_html_input(data):
             repeated = {
-                name: ["Given more than once: send it once."]
+                name: [gettext("Given more than once: send it once.")]
                 for name, field in self.fields.items()
                 if not isinstance(field, serializers.ListField) and len(data.getlist(name)) > 1
             }

@@ -12,6 +12,7 @@ from asgiref.sync import sync_to_async
 from django.core import signing
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
+from django.utils.translation import gettext
 from mcp.server.context import ServerRequestContext
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -130,7 +131,7 @@ async def ask(
     """Put a pending action to the human: in the client's form, at our approvals page, or say where."""
     capabilities = ctx.session.client_capabilities
     if elicits_form(action, capabilities):
-        message = f"Approve this action? {action.summary}"
+        message = gettext("Approve this action? %(summary)s") % {"summary": action.summary}
         if is_modern(ctx):
             return types.InputRequiredResult(
                 input_requests={
@@ -153,7 +154,9 @@ async def ask(
         return await answered(caller, context, action, answer)
     url = approval_url(caller, action)
     if elicits_url(capabilities):
-        message = f"Approve or reject in your browser: {action.summary}"
+        message = gettext("Approve or reject in your browser: %(summary)s") % {
+            "summary": action.summary
+        }
         if is_modern(ctx):
             return types.InputRequiredResult(
                 input_requests={
@@ -257,7 +260,9 @@ async def settled(
     if await sync_to_async(deliver)(action):
         if action.status == PendingAction.Status.PENDING:  # expired before anyone decided
             return text_result(
-                f"This {action.operation} request expired; call the tool again to ask anew. [expired]",
+                gettext("This %(operation)s request expired; call the tool again to ask anew.")
+                % {"operation": action.operation}
+                + " [expired]",
                 data={"code": "expired"},
                 error=True,
             )

@@ -9,6 +9,7 @@ import mcp_types as types
 from django.core.serializers.json import DjangoJSONEncoder
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.translation import gettext
 
 from ...conf import assistant_settings
 from ...dispatch.calls import Decision, Outcome
@@ -57,7 +58,10 @@ def stored_result(action: PendingAction) -> types.CallToolResult:
     if decision in (Decision.EXECUTED, Decision.CONFIRMED):
         return text_result(result.get("text", ""), data=result.get("data"))
     code = result.get("code") or decision
-    text = result.get("text") or f"This {action.operation} request was {action.status}."
+    text = result.get("text") or gettext("This %(operation)s request was %(status)s.") % {
+        "operation": action.operation,
+        "status": str(action.get_status_display()).lower(),
+    }
     return text_result(
         f"{text} [{code}]", data={"code": code, "decision": decision, "message": text}, error=True
     )
@@ -72,11 +76,11 @@ def waiting_result(caller: Caller, action: PendingAction) -> types.CallToolResul
     """A confirmation this client cannot take: where the human approves, and what to do next."""
     url = approval_url(caller, action)
     expires = timezone.localtime(action.expires_at).isoformat(timespec="seconds")
-    text = (
-        f"Waiting for approval: {action.summary}\n"
-        f"Approve or reject it at {url} (until {expires}), then call {action.operation} again "
+    text = gettext(
+        "Waiting for approval: %(summary)s\n"
+        "Approve or reject it at %(url)s (until %(expires)s), then call %(operation)s again "
         "with the same arguments for its result."
-    )
+    ) % {"summary": action.summary, "url": url, "expires": expires, "operation": action.operation}
     return text_result(
         text,
         data={

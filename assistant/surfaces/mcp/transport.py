@@ -14,6 +14,7 @@ from django.conf import settings
 from django.core.exceptions import DisallowedHost, RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.http.request import validate_host
+from django.utils.translation import gettext
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken as SdkAccessToken
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
@@ -148,15 +149,17 @@ async def serve(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     try:
         request.get_host()  # ALLOWED_HOSTS, as for every Django view
     except DisallowedHost:
-        return refused(400, "bad_host", "This host is not allowed.")
+        return refused(400, "bad_host", gettext("This host is not allowed."))
     if not origin_allowed(request):
-        return refused(403, "origin_not_allowed", "Requests from this origin are not allowed.")
+        return refused(
+            403, "origin_not_allowed", gettext("Requests from this origin are not allowed.")
+        )
     scheme, _, key = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
         return refused(
             401,
             "not_authenticated",
-            "Send a bearer token: Authorization: Bearer <token>.",
+            gettext("Send a bearer token: Authorization: Bearer <token>."),
             WWW_Authenticate=oauth.challenge(request),
         )
     try:
@@ -184,7 +187,7 @@ async def serve(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     try:
         body = request.body
     except RequestDataTooBig:  # past DATA_UPLOAD_MAX_MEMORY_SIZE, before the SDK's own limit
-        return refused(413, "request_too_large", "The request body is too large.")
+        return refused(413, "request_too_large", gettext("The request body is too large."))
     return await _bridged(scope, body)
 
 
@@ -245,7 +248,9 @@ async def _bridged(scope: dict[str, Any], body: bytes) -> HttpResponse | Streami
         gone.set()
         await task
         logger.error("The MCP transport answered without a response")
-        return refused(503, "mcp_unavailable", "The MCP endpoint could not answer; try again.")
+        return refused(
+            503, "mcp_unavailable", gettext("The MCP endpoint could not answer; try again.")
+        )
     status = start["status"]
     headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in start.get("headers", [])]
     if first["type"] != "http.response.body" or not first.get("more_body", False):
@@ -255,7 +260,7 @@ async def _bridged(scope: dict[str, Any], body: bytes) -> HttpResponse | Streami
         kind = next((v for k, v in headers if k.lower() == "content-type"), "")
         if status >= 400 and not kind.startswith("application/json"):
             # the transport's own refusals (a wrong content type or method) speak JSON too
-            detail = body.decode("utf-8", "replace").strip() or "The request was refused."
+            detail = body.decode("utf-8", "replace").strip() or gettext("The request was refused.")
             return refused(status, TRANSPORT_CODES.get(status, "bad_request"), detail)
         response = HttpResponse(body, status=status)
         _copy_headers(response, headers)

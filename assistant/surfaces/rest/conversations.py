@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import Count, QuerySet
+from django.utils.translation import gettext_lazy
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework import exceptions, status
 from rest_framework.permissions import BasePermission, IsAuthenticated
@@ -205,7 +206,7 @@ class StaffConversationListView(StaffView):
 class IsConversationDeleter(BasePermission):
     """Staff holding ``assistant.delete_conversation``: reading the audit is not leave to erase."""
 
-    message = "Staff with the permission to delete conversations only."
+    message = gettext_lazy("Staff with the permission to delete conversations only.")
 
     def has_permission(self, request: Request, view: APIView) -> bool:
         user = request.user

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.utils.translation import gettext, gettext_lazy
 from rest_framework import exceptions
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import BasePermission, IsAuthenticated
@@ -26,7 +27,7 @@ class PagePagination(PageNumberPagination):
 class IsAuditViewer(BasePermission):
     """Staff holding ``assistant.view_auditentry``."""
 
-    message = "Staff with the assistant audit permission only."
+    message = gettext_lazy("Staff with the assistant audit permission only.")
 
     def has_permission(self, request: Request, view: APIView) -> bool:
         user = request.user
@@ -44,7 +45,7 @@ class StaffView(AssistantAPIView):
     def staff_conversation(self, conversation_id: str) -> Conversation:
         conversation = Conversation.objects.filter(pk=conversation_id).first()
         if conversation is None:
-            raise exceptions.NotFound("No such conversation.")
+            raise exceptions.NotFound(gettext("No such conversation."))
         return conversation
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils.translation import gettext
 from rest_framework import exceptions, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -25,7 +26,7 @@ def _token_for(user: Any, token_id: Any) -> AccessToken:
     pk = parse_id(str(token_id))
     token = AccessToken.objects.owned_by(user).filter(pk=pk).first() if pk is not None else None
     if token is None:
-        raise exceptions.NotFound("No such token of yours.")
+        raise exceptions.NotFound(gettext("No such token of yours."))
     return token
 
 

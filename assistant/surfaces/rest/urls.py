@@ -2,6 +2,7 @@ from typing import Any
 
 from django.http import HttpRequest, JsonResponse
 from django.urls import include, path, re_path
+from django.utils.translation import gettext
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.request import Request
@@ -15,7 +16,9 @@ from . import actions, audit, conversations, jobs, tokens, tools, validation
 @csrf_exempt  # it changes nothing: an unsafe method gets this JSON 404, not the HTML CSRF page
 def not_found(request: HttpRequest, *args: object, **kwargs: object) -> JsonResponse:
     """Any method on a path the API does not have."""
-    return JsonResponse({"code": NotFound.code, "detail": "No such API endpoint."}, status=404)
+    return JsonResponse(
+        {"code": NotFound.code, "detail": gettext("No such API endpoint.")}, status=404
+    )
 
 
 schema_patterns = [

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
+from django.utils.translation import gettext
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework import exceptions, status
 from rest_framework.request import Request
@@ -33,7 +34,7 @@ def _task_for(user: Any, task_id: Any) -> ValidationTask:
     pk = parse_id(str(task_id))
     task = _tasks_for(user).filter(pk=pk).first() if pk is not None else None
     if task is None:
-        raise exceptions.NotFound("No such validation task.")
+        raise exceptions.NotFound(gettext("No such validation task."))
     return task
 
 
@@ -57,7 +58,7 @@ class ValidationTaskListView(AssistantAPIView):
     def post(self, request: Request) -> Response:
         """Creates a validation task owned by the caller, who may then view, change and run it."""
         if not request.user.has_perm("assistant.add_validationtask"):
-            raise exceptions.PermissionDenied("You may not create validation tasks.")
+            raise exceptions.PermissionDenied(gettext("You may not create validation tasks."))
         data = ValidationTaskInput(data=request.data)
         data.is_valid(raise_exception=True)
         values = data.validated_data
@@ -91,7 +92,7 @@ class ValidationTaskRunView(AssistantAPIView):
         """Starts a run of a validation task as a background job and answers with the job."""
         task = _task_for(request.user, task_id)
         if not _tasks_for(request.user, "run").filter(pk=task.pk).exists():
-            raise exceptions.PermissionDenied("You may not run this validation task.")
+            raise exceptions.PermissionDenied(gettext("You may not run this validation task."))
         run = ValidationTaskService.trigger_run(task, ValidationRun.Trigger.USER, user=request.user)
         record_action(  # audited as the admin's Run now is
             request,

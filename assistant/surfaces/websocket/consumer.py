@@ -15,7 +15,10 @@ from channels.db import aclose_old_connections
 from channels.exceptions import StopConsumer
 from channels.layers import get_channel_layer
 from channels.utils import await_many_dispatch
+from django.http import HttpRequest
+from django.utils import translation
 from django.utils.functional import LazyObject, empty
+from django.utils.translation import gettext
 
 from ... import telemetry
 from ...access.caches import access_for, refresh_access, reread_access
@@ -78,6 +81,8 @@ class AssistantConsumer(SocketOutput):
         """
         self.scope = scope
         self.base_send = send
+        # (this connection's task only: what it says, and the turns it starts, in the client's language)
+        translation.activate(language_of(scope))
         self.channel_layer = get_channel_layer(self.channel_layer_alias)
         self.undelivered: asyncio.Queue[list[str]] = asyncio.Queue()
         sources = [receive, self.undelivered_receive]
@@ -205,7 +210,9 @@ class AssistantConsumer(SocketOutput):
             content = self.parse(text_data, bytes_data)
             handler = getattr(self, f"on_{content['type']}", None)
             if handler is None:
-                raise UnknownFrameType(f"Unknown frame type {content['type']!r}.")
+                raise UnknownFrameType(
+                    gettext("Unknown frame type %(type)s.") % {"type": repr(content["type"])}
+                )
             if content["type"] != "message":
                 await aclose_old_connections()
                 refresh_access(self.user)  # e.g. cancel_job checks permissions here
@@ -225,11 +232,13 @@ class AssistantConsumer(SocketOutput):
                 await self.send_refusal(unavailable)
                 return
             logger.exception("Handling a websocket frame failed")
-            await self.send_error("internal_error", "Something went wrong; please try again.")
+            await self.send_error(
+                "internal_error", gettext("Something went wrong; please try again.")
+            )
 
     def parse(self, text_data: str | None, bytes_data: bytes | None) -> dict[str, Any]:
         if text_data is None:
-            raise FrameError("Frames are JSON text.")
+            raise FrameError(gettext("Frames are JSON text."))
         if len(text_data) > assistant_settings.MAX_MESSAGE_LENGTH * 2 + 1024:
             raise FrameTooLarge()
         try:
@@ -497,5 +506,15 @@ def _stored_messages(conversation: Any) -> tuple[list[Message], bool]:
     return kept[::-1], len(kept) < len(candidates)
 
 
+def language_of(scope: dict[str, Any]) -> str:
+    """The language a websocket client asked for, as ``LocaleMiddleware`` reads a request's."""
+    request = HttpRequest()
+    request.COOKIES = dict(scope.get("cookies") or {})
+    for name, value in scope.get("headers") or ():
+        if name == b"accept-language":
+            request.META["HTTP_ACCEPT_LANGUAGE"] = value.decode("latin-1")
+    return translation.get_language_from_request(request)
+
+
 def _not_json(constant: str) -> Any:
-    raise FrameError(f"{constant} is not a number JSON allows.")
+    raise FrameError(gettext("%(constant)s is not a number JSON allows.") % {"constant": constant})

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Protocol
 
+from django.utils.translation import gettext
+
 from ...conf import assistant_settings
 from ...exceptions import LLMUnavailable
 from .keywords import Intent, KeywordPlanner
@@ -32,8 +34,11 @@ class MissingPlanner:
     async def run(self, turn: Turn) -> None:
         logger.warning("The LLM planner cannot run: %s", self.error)
         raise LLMUnavailable(
-            "The language model planner is not installed on the server "
-            f"({self.error.name or 'openai'} is missing)."
+            gettext(
+                "The language model planner is not installed on the server "
+                "(%(package)s is missing)."
+            )
+            % {"package": self.error.name or "openai"}
         )
 
 

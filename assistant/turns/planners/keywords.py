@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
+from django.utils.translation import gettext_lazy
 
 from ...access.caches import access_for
 from ...access.permissions import known_domains
@@ -34,7 +35,9 @@ class Intent:
 
 
 FALLBACK_OPERATION = "show_capabilities"
-NOTHING_TO_DO = "I could not find anything to do with that. Ask “what can you do?” to see my tools."
+NOTHING_TO_DO = gettext_lazy(
+    "I could not find anything to do with that. Ask “what can you do?” to see my tools."
+)
 PAIR_RE = re.compile(r"""(?P<key>[A-Za-z_][\w-]*)\s*=\s*(?P<value>"[^"]*"|'[^']*'|\S+)""")
 QUOTED_RE = re.compile(r""""([^"]*)"|'([^']*)'""")
 NUMBER_RE = re.compile(r"(?<![\w.-])-?\d+(?:\.\d+)?(?![\w.])")
@@ -260,7 +263,7 @@ def _plan(turn: Turn) -> list[Intent]:
 
 
 def _texts(outcomes: list[Outcome]) -> list[str]:
-    return [outcome.text for outcome in outcomes if outcome.text] or [NOTHING_TO_DO]
+    return [outcome.text for outcome in outcomes if outcome.text] or [str(NOTHING_TO_DO)]
 
 
 def reply_text(outcomes: list[Outcome]) -> str:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import openai
 from asgiref.sync import sync_to_async
+from django.utils.translation import gettext
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from ... import telemetry
@@ -228,7 +229,10 @@ class LLMPlanner:
                 text.append(delta)
                 await turn.say(delta)
                 raise ReplyTooLong(
-                    f"Cut short: the reply reached the {most:,} characters a reply may have."
+                    gettext(
+                        "Cut short: the reply reached the %(most)s characters a reply may have."
+                    )
+                    % {"most": f"{most:,}"}
                 )
             tally.chars += len(delta)
             text.append(delta)
@@ -301,11 +305,16 @@ async def stream_reply(
                 for part in delta.tool_calls or ():
                     calls.add(part)
     except openai.APIStatusError as exc:
-        raise LLMError(f"The language model answered {exc.status_code}: {_short(exc)}") from exc
+        raise LLMError(
+            gettext("The language model answered %(status)s: %(error)s")
+            % {"status": exc.status_code, "error": _short(exc)}
+        ) from exc
     except openai.APITimeoutError as exc:
-        raise LLMUnavailable("The language model did not answer in time.") from exc
+        raise LLMUnavailable(gettext("The language model did not answer in time.")) from exc
     except openai.APIError as exc:
-        raise LLMUnavailable(f"The language model is unreachable: {_short(exc)}") from exc
+        raise LLMUnavailable(
+            gettext("The language model is unreachable: %(error)s") % {"error": _short(exc)}
+        ) from exc
     return calls
 
 
@@ -535,7 +544,7 @@ async def _bounded(stream: Any, seconds: float) -> AsyncIterator[Any]:
             except StopAsyncIteration:
                 return
             except TimeoutError:
-                raise LLMUnavailable("The language model stopped answering.") from None
+                raise LLMUnavailable(gettext("The language model stopped answering.")) from None
             yield chunk
     finally:
         await stream.close()
