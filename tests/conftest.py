@@ -11,6 +11,7 @@ import pytest
 from asgiref.sync import SyncToAsync
 from django.contrib.auth.models import Group, Permission
 from django.db import connection, connections
+from django.utils import translation
 
 from assistant.access.permissions import access_changed
 from assistant.turns.lanes import RUNNING
@@ -30,6 +31,14 @@ def _requires_postgres(request: pytest.FixtureRequest) -> None:
         if REQUIRE_SERVICES:
             pytest.fail(f"ASSISTANT_REQUIRE_SERVICES=1: {reason}")
         pytest.skip(reason)
+
+
+@pytest.fixture(autouse=True)
+def _settings_language_again() -> Iterator[None]:
+    """A test client request in another language leaves it active in the thread (Django's
+    LocaleMiddleware does not deactivate it): each test starts in the settings' language."""
+    yield
+    translation.deactivate()
 
 
 @pytest.fixture(autouse=True)
