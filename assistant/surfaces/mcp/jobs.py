@@ -7,6 +7,7 @@ from typing import Any
 
 import mcp_types as types
 from asgiref.sync import sync_to_async
+from django.utils.translation import gettext
 from mcp.server.context import ServerRequestContext
 
 from ...access.tokens import still_holds
@@ -44,8 +45,12 @@ async def awaited_job(
             return finished_result(job)
         if loop.time() >= deadline:
             return text_result(
-                f"{outcome.result.text}\nStill running: ask get_task_status with task_id "
-                f"{job.pk} for its progress and result.",
+                f"{outcome.result.text}\n"
+                + gettext(
+                    "Still running: ask get_task_status with task_id %(task)s for its progress "
+                    "and result."
+                )
+                % {"task": job.pk},
                 data={"task_id": str(job.pk), "status": job.status, "progress": job.progress},
             )
         await asyncio.sleep(JOB_POLL_SECONDS)
@@ -54,7 +59,7 @@ async def awaited_job(
 def revoked_result() -> types.CallToolResult:
     """The credential stopped holding while a call waited: the job goes on, but what it comes to
     is not this credential's to see any more."""
-    message = (
+    message = gettext(
         "This token stopped holding while the call waited (revoked, expired, or its "
         "user deactivated); the job goes on."
     )
@@ -70,7 +75,8 @@ def finished_result(job: Job, status: str | None = None) -> types.CallToolResult
     status = status or job.status
     data = {"task_id": str(job.pk), "status": status, "data": job.result_data}
     if status == Job.Status.SUCCEEDED:
-        return text_result(job.result or f"{job.operation} succeeded.", data=data)
+        done = gettext("%(operation)s succeeded.") % {"operation": job.operation}
+        return text_result(job.result or done, data=data)
     text = job.error or f"{job.operation} {status}."
     return text_result(f"{text} [{status}]", data=data, error=True)
 

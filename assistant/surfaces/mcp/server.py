@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 import mcp_types as types
 from asgiref.sync import sync_to_async
+from django.utils.translation import gettext
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
@@ -140,7 +141,9 @@ def build_server(*, site: ToolRegistry = registry, lifespan: Any = None) -> Serv
         tool = site.find(params.name)
         # only a tool the caller sees is told apart: any other is refused by dispatch, as unknown
         if tool is not None and not tool.background and await shown_to(ctx, tool):
-            message = f"{params.name} does not run as a task: call it without params.task."
+            message = gettext("%(tool)s does not run as a task: call it without params.task.") % {
+                "tool": params.name
+            }
             raise MCPError(METHOD_NOT_FOUND, message, {"code": "task_not_supported"})
         with traced(ctx, params):
             return await answered(ctx, params, started_task)

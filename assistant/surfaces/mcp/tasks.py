@@ -22,6 +22,7 @@ from typing import Any
 import mcp_types as types
 from asgiref.sync import sync_to_async
 from django.db.models import Q
+from django.utils.translation import gettext
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND
@@ -82,11 +83,11 @@ def task_status(job: Job) -> types.TaskStatus:
 def status_message(job: Job, status: types.TaskStatus) -> str:
     if status == "working":
         if job.status == Job.Status.QUEUED:
-            return "Queued."
+            return gettext("Queued.")
         return f"{job.progress}%" + (f": {job.progress_message}" if job.progress_message else "")
     if status == "failed":
-        return job.error[:300] or "Failed."
-    return "Cancelled." if status == "cancelled" else "Completed."
+        return job.error[:300] or gettext("Failed.")
+    return gettext("Cancelled.") if status == "cancelled" else gettext("Completed.")
 
 
 def task_of(job: Job) -> dict[str, Any]:
@@ -209,7 +210,7 @@ class TaskMethods:
         while task_status(job) == "working":
             reported = await report_progress(ctx, job, reported, related)
             if loop.time() >= deadline:
-                message = (
+                message = gettext(
                     "The task is still working: poll tasks/get, then ask for its result again."
                 )
                 raise MCPError(STILL_WORKING, message, {"code": "task_working"})
@@ -230,7 +231,9 @@ class TaskMethods:
         caller = self.caller(ctx)
         job = await self.job(ctx, params.task_id)
         if task_status(job) != "working":
-            message = f"The task is already {task_status(job)}: it cannot be cancelled."
+            message = gettext("The task is already %(status)s: it cannot be cancelled.") % {
+                "status": task_status(job)
+            }
             raise MCPError(INVALID_PARAMS, message, {"code": "task_finished"})
         context = CallContext(
             user=caller.user,
