@@ -15,7 +15,7 @@ from django.db import connection
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.test_channel_layers import ROOT, free_port, wait_until_listening
+from tests.stream.test_channel_layers import ROOT, free_port, wait_until_listening
 
 MODES = ["legacy", "2026-07-28"]  # the 2025-11-25 handshake, and the stateless revision
 PATH = "/assistant/mcp/"

@@ -29,7 +29,7 @@ from assistant.turns.runs import arun_turn, run_turn
 from tests.openai_peer import USAGE, Reply, call, error, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm
-from tests.test_channel_layers import session_cookie, ws_connect, ws_receive_run, ws_send
+from tests.stream.test_channel_layers import session_cookie, ws_connect, ws_receive_run, ws_send
 
 WAIT = 30.0
 PER_SURFACE = 6

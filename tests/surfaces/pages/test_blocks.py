@@ -11,7 +11,7 @@ from django.test import Client, override_settings
 
 pytestmark = pytest.mark.django_db
 
-EXTENDED = Path(__file__).parent / "extended_templates"
+EXTENDED = Path(__file__).parents[2] / "extended_templates"
 
 
 def extended_templates() -> list[dict[str, Any]]:

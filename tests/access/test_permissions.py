@@ -386,7 +386,7 @@ def test_a_projects_own_authentication_backend_is_asked_for_permissions_too(plai
     settings.AUTHENTICATION_BACKENDS = [
         "django.contrib.auth.backends.ModelBackend",
         "guardian.backends.ObjectPermissionBackend",
-        "tests.test_permissions.EveryoneMayViewOrders",
+        "tests.access.test_permissions.EveryoneMayViewOrders",
     ]
 
     access = access_for(a_fresh(plain_user))

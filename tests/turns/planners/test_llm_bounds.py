@@ -27,7 +27,7 @@ from assistant.turns.runs import arun_turn, run_turn
 from tests.openai_peer import call, endless, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm
-from tests.test_llm_planner import next_frame
+from tests.turns.planners.test_llm import next_frame
 
 pytestmark = pytest.mark.django_db
 
@@ -222,7 +222,7 @@ async def test_an_mcp_call_over_the_argument_cap_is_an_error_result_and_stores_n
     asgi_live_server, reader, settings
 ):
     from tests.mcp_clients import mcp_client
-    from tests.test_mcp import issue
+    from tests.surfaces.mcp.test_streamable_http import issue
 
     settings.ASSISTANT = {**settings.ASSISTANT, "MAX_TOOL_ARGUMENT_BYTES": 1_000}
     async with mcp_client(asgi_live_server, await issue(reader), "2026-07-28") as client:

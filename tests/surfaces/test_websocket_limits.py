@@ -29,12 +29,18 @@ from websockets.typing import Origin
 
 from assistant.checks import check_settings
 from assistant.models import Conversation, Message
-from tests import browsing, test_websocket
+from tests import browsing
 from tests.asgi import application
 from tests.sockets import ORIGIN, WAIT, kind, kinds, receive, receive_run, send
-from tests.test_channel_layers import database_url, free_port, session_cookie, wait_until_listening
+from tests.stream.test_channel_layers import (
+    database_url,
+    free_port,
+    session_cookie,
+    wait_until_listening,
+)
+from tests.surfaces import test_websocket
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CAP = 256 * 1024  # the daphne server's SOCKET_MAX_PENDING_BYTES
 BIG = "x" * 8000  # one stored message: 40 of them make a ~330 KB snapshot
 

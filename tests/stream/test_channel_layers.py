@@ -42,11 +42,11 @@ from tests.sockets import (
     receive_until,
     send,
 )
-from tests.test_websocket import PING_RUN, stored
+from tests.surfaces.test_websocket import PING_RUN, stored
 
 pytestmark = pytest.mark.redis
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 UVICORN = [sys.executable, "-m", "uvicorn", "tests.asgi:application", "--host", "127.0.0.1"]
 UVICORN += ["--lifespan", "off", "--log-level", "warning"]
 

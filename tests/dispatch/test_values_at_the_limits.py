@@ -1,4 +1,4 @@
-"""Regressions from a review of the hardening: results that are not plain JSON, nesting at the
+"""Values at the limits: results that are not plain JSON, nesting at the
 storage limit, secrets in lists, hidden tables read by query on SQLite, bodies nested too deeply."""
 
 from __future__ import annotations

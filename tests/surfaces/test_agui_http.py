@@ -572,7 +572,7 @@ def test_a_client_that_disconnects_stops_the_turn_and_it_is_stored_cancelled(age
 
 # -- an off-the-shelf client -----------------------------------------------------------------
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 AG_UI_CLIENT = ROOT / "node_modules" / "@ag-ui" / "client" / "package.json"
 
 

@@ -24,7 +24,7 @@ from assistant.stream.eventlog import RedisEventLog, event_log
 from tests.channel_layers import redis_channel_layer as redis_channel_layer_config
 from tests.conftest import REQUIRE_SERVICES
 from tests.sockets import WAIT, count_group_sends, kinds, receive_run, send
-from tests.test_websocket import PING_RUN
+from tests.surfaces.test_websocket import PING_RUN
 
 MASTERS = 3
 FIRST_PORT = 7101

@@ -27,9 +27,9 @@ from websockets.typing import Origin
 from assistant.exceptions import ReplyNotStored, outage
 from tests.mcp_clients import server_command
 from tests.outage import Cluster, private_postgres
-from tests.test_agui_http import run_input
-from tests.test_channel_layers import ROOT, free_port, wait_until_listening
-from tests.test_mcp_fuzz import MODERN, envelope
+from tests.stream.test_channel_layers import ROOT, free_port, wait_until_listening
+from tests.surfaces.mcp.test_fuzz import MODERN, envelope
+from tests.surfaces.test_agui_http import run_input
 
 WAIT = 20
 

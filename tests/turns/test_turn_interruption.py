@@ -38,7 +38,7 @@ from tests.openai_peer import LONGEST_STALL, Peer, Reply, call, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixture
 from tests.sockets import kind, kinds, receive
 from tests.sockets import send as socket_send
-from tests.test_channel_layers import (
+from tests.stream.test_channel_layers import (
     database_url,
     forget_event_logs,
     free_port,
@@ -47,10 +47,10 @@ from tests.test_channel_layers import (
     ws_connect,
     ws_send,
 )
-from tests.test_websocket import request_cancel_order
+from tests.surfaces.test_websocket import request_cancel_order
 from tests.testapp.models import Order
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 STALE_AFTER = 2.0  # the servers' TURN_STALE_AFTER (heartbeats every 0.5 s)
 INTERRUPTED_RUN = [
     *["TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END"],

@@ -243,7 +243,7 @@ def test_a_bounded_token_answers_no_ag_ui_interrupt_beyond_its_ceiling(
     neither approves nor refuses a dangerous action it could not call: the run says
     ``token_scope`` (audited denied) and the action keeps waiting."""
     from assistant.access.tokens import issue
-    from tests.test_agui_http import Agent, ask_to_cancel, resume
+    from tests.surfaces.test_agui_http import Agent, ask_to_cancel, resume
 
     order = Order.objects.create(reference="ORD-1")
     asked, events = ask_to_cancel(Agent(asgi_live_server, clerk), order)  # a DRF token: no ceiling

@@ -18,8 +18,8 @@ from assistant.models import AuditEntry, Message
 from tests.channel_layers import redis_channel_layer
 from tests.conftest import REQUIRE_SERVICES
 from tests.sockets import kinds, receive_run, send
-from tests.test_eventlog_cluster import free_ports
-from tests.test_websocket import PING_RUN
+from tests.stream.test_eventlog_cluster import free_ports
+from tests.surfaces.test_websocket import PING_RUN
 
 pytestmark = pytest.mark.redis
 

@@ -21,8 +21,8 @@ from tests.openai_peer import call, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm
 from tests.sockets import receive_run, send
-from tests.test_agui_http import agent as agent  # the fixture
-from tests.test_agui_http import run_input
+from tests.surfaces.test_agui_http import agent as agent  # the fixture
+from tests.surfaces.test_agui_http import run_input
 
 HIDDEN = "store_secret"  # the vault's: the reader works with orders and reports, not the vault
 MISSING = "no_such_tool"

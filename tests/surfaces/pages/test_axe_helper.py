@@ -35,6 +35,6 @@ def test_missing_axe_fails_them_when_services_are_required(
 
 def test_the_installed_axe_is_the_one_package_json_pins() -> None:
     axe.require_axe()
-    pinned = json.loads((Path(__file__).parent.parent / "package.json").read_text())
+    pinned = json.loads((Path(__file__).parents[3] / "package.json").read_text())
     header = axe.AXE.read_text(encoding="utf-8")[:100]
     assert f"axe v{pinned['devDependencies']['axe-core']}\n" in header  # else: run `npm ci` again

@@ -14,7 +14,7 @@ from django.db import connection
 
 from assistant.models import AuditEntry, Message
 from tests.sockets import kind, kinds
-from tests.test_channel_layers import (
+from tests.stream.test_channel_layers import (
     seqs,
     servers,
     session_cookie,
@@ -23,7 +23,7 @@ from tests.test_channel_layers import (
     ws_receive_run,
     ws_send,
 )
-from tests.test_websocket import PING_RUN, stored
+from tests.surfaces.test_websocket import PING_RUN, stored
 
 pytestmark = [pytest.mark.redis, pytest.mark.postgres]
 

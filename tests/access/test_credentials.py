@@ -28,7 +28,7 @@ from tests.openai_peer import Reply, call, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm
 from tests.sockets import WAIT, receive, receive_run, receive_until, send
-from tests.test_agui_http import Agent, parse, run_input
+from tests.surfaces.test_agui_http import Agent, parse, run_input
 from tests.testapp.models import Order
 
 LLM_TIMEOUT = 20.0
@@ -436,7 +436,7 @@ def test_an_oauth_tokens_check_is_one_query_and_names_its_lapse(
     from oauth2_provider.models import get_access_token_model
 
     from assistant.access.credentials import Credential
-    from tests.test_mcp_oauth import issue_token
+    from tests.surfaces.mcp.test_oauth import issue_token
 
     issue_token(clerk, resource=["http://testserver/assistant/mcp/"])
     grant = get_access_token_model().objects.get()
