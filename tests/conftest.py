@@ -14,7 +14,7 @@ from django.db import connection, connections
 
 from assistant.access.permissions import access_changed
 from assistant.turns.lanes import RUNNING, close_turn_connections
-from tests import sockets
+from tests import agui_clients, sockets
 from tests.channel_layers import REDIS_CHANNEL_LAYERS
 from tests.channel_layers import redis_channel_layer as redis_channel_layer_config
 
@@ -231,6 +231,12 @@ def asgi_live_server(transactional_db: None) -> Any:
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     thread.join(timeout=10)
+
+
+@pytest.fixture
+def agent(asgi_live_server: str) -> Callable[[Any], agui_clients.Agent]:
+    """``agent(user)``: that user's AG-UI client against the live server."""
+    return lambda user: agui_clients.Agent(asgi_live_server, user)
 
 
 @pytest.fixture

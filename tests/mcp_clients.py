@@ -11,14 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
-from django.db import connection
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.stream.test_channel_layers import ROOT, free_port, wait_until_listening
+from tests.processes import ROOT, database_url, free_port, wait_until_listening
 
 MODES = ["legacy", "2026-07-28"]  # the 2025-11-25 handshake, and the stateless revision
 PATH = "/assistant/mcp/"
+MODERN = {
+    "Accept": "application/json, text/event-stream",
+    "MCP-Protocol-Version": "2026-07-28",
+}
 
 
 def mcp_client(base_url: str, secret: str | None, mode: str = "legacy", **options: Any) -> Client:
@@ -26,15 +29,6 @@ def mcp_client(base_url: str, secret: str | None, mode: str = "legacy", **option
     headers = {"Authorization": f"Bearer {secret}"} if secret else {}
     http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=60))
     return Client(streamable_http_client(base_url + PATH, http_client=http), mode=mode, **options)
-
-
-def database_url() -> str:
-    """The test database, as a server process started by a test reaches it."""
-    db = connection.settings_dict
-    if db["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{db['NAME']}"
-    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
-    return f"postgres://{db['USER']}{password}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
 
 
 def server_command(kind: str, port: int) -> list[str]:
@@ -76,3 +70,13 @@ def server_processes(kinds: list[str], tmp_path: Path) -> Iterator[list[str]]:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(timeout=10)
+
+
+def envelope(method: str, params: Any) -> dict[str, Any]:
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    if isinstance(params, dict):
+        params = {**params, "_meta": meta}
+    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}

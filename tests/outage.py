@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.stream.test_channel_layers import free_port
+from tests.processes import free_port
 
 REQUIRE_SERVICES = os.environ.get("ASSISTANT_REQUIRE_SERVICES") == "1"
 

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 from websockets.asyncio.client import connect
 
+from tests.processes import free_port
 from tests.wheel import REPO, InstalledWheel, clean_environment, installed_wheel
 
 PASSWORD = "a-long-enough-password"
@@ -79,12 +80,6 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
         f"get_user_model().objects.create_user('alice', password='{PASSWORD}')",
     )
     return project
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

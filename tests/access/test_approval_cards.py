@@ -12,12 +12,12 @@ from django.test import Client
 from django.urls import reverse
 
 from assistant.models import Conversation, PendingAction
+from tests.approving import CHANGES
 from tests.testapp.models import Order
 
 pytestmark = pytest.mark.django_db
 
 INBOX = reverse("assistant:approvals")
-CHANGES = {"kind": "changes", "rows": [{"field": "status", "before": "open", "after": "cancelled"}]}
 
 
 @pytest.fixture

@@ -18,29 +18,10 @@ from assistant.dispatch.confirmation import aconfirm_action, confirm_action
 from assistant.dispatch.door import adispatch, dispatch
 from assistant.exceptions import SecondPersonRequired
 from assistant.models import AuditEntry, Conversation, Message, PendingAction
+from tests.approving import BASE, TWO_PERSON, approvals, ask, audit, policies, status_of
 from tests.clients import API, client_for
 from tests.sockets import kind, kinds, only, receive, receive_run, send
 from tests.testapp.models import Order
-
-BASE = {"RESOURCES": {"orders": "testapp.Order"}, "THROTTLE_RATE": "10000/min"}
-TWO_PERSON = {"policy": "two_person", "permission": "testapp.approve_order"}
-
-
-def policies(settings: Any, **configured: Any) -> None:
-    settings.ASSISTANT = {**BASE, "APPROVAL_POLICIES": configured}
-
-
-def audit(operation: str) -> list[tuple[str, str, str]]:
-    """Each audit entry of ``operation``: its decision, its user's name and its reason."""
-    return list(
-        AuditEntry.objects.filter(operation=operation)
-        .order_by("id")
-        .values_list("decision", "username", "reason")
-    )
-
-
-def approvals(order: Order) -> int:
-    return Order.objects.get(pk=order.pk).approvals
 
 
 def confirm(client: Any, action: PendingAction, **body: Any) -> Any:
@@ -49,17 +30,6 @@ def confirm(client: Any, action: PendingAction, **body: Any) -> Any:
 
 def cancel(client: Any, action: PendingAction, **body: Any) -> Any:
     return client.post(f"{API}/actions/{action.pk}/cancel/", body, format="json")
-
-
-def ask(user: Any, order: Order) -> PendingAction:
-    outcome = dispatch("approve_order", {"order_id": order.pk}, user=user)
-    assert outcome.decision == "confirmation_requested"
-    assert outcome.pending_action is not None
-    return outcome.pending_action
-
-
-def status_of(action: PendingAction) -> str:
-    return PendingAction.objects.get(pk=action.pk).status
 
 
 @pytest.fixture

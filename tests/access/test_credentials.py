@@ -24,11 +24,11 @@ from rest_framework.test import APIClient
 
 from assistant.access import tokens
 from assistant.models import AccessToken, AuditEntry, Job, Message, PendingAction
+from tests.agui_clients import Agent, parse, run_input
 from tests.openai_peer import Reply, call, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm
 from tests.sockets import WAIT, receive, receive_run, receive_until, send
-from tests.surfaces.test_agui_http import Agent, parse, run_input
 from tests.testapp.models import Order
 
 LLM_TIMEOUT = 20.0

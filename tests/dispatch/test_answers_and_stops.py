@@ -11,11 +11,9 @@ from asgiref.sync import sync_to_async
 
 from assistant.dispatch.door import dispatch
 from assistant.models import AuditEntry, Conversation, PendingAction
+from tests.approving import BASE, TWO_PERSON
 from tests.sockets import kind, receive, send
 from tests.testapp.models import Order
-
-BASE = {"RESOURCES": {"orders": "testapp.Order"}, "THROTTLE_RATE": "10000/min"}
-TWO_PERSON = {"policy": "two_person", "permission": "testapp.approve_order"}
 
 
 def _ask_two_person(user: Any, order: Order) -> PendingAction:
@@ -243,7 +241,7 @@ def test_a_bounded_token_answers_no_ag_ui_interrupt_beyond_its_ceiling(
     neither approves nor refuses a dangerous action it could not call: the run says
     ``token_scope`` (audited denied) and the action keeps waiting."""
     from assistant.access.tokens import issue
-    from tests.surfaces.test_agui_http import Agent, ask_to_cancel, resume
+    from tests.agui_clients import Agent, ask_to_cancel, resume
 
     order = Order.objects.create(reference="ORD-1")
     asked, events = ask_to_cancel(Agent(asgi_live_server, clerk), order)  # a DRF token: no ceiling

@@ -15,14 +15,13 @@ from django.core.management import CommandError, call_command
 from assistant.access import tokens
 from assistant.models import AuditEntry
 from assistant.turns.runs import run_turn
+from tests.agui_clients import run_input
 from tests.clients import client_for, dispatch_call
 from tests.mcp_clients import MODES, mcp_client
 from tests.openai_peer import call, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm
 from tests.sockets import receive_run, send
-from tests.surfaces.test_agui_http import agent as agent  # the fixture
-from tests.surfaces.test_agui_http import run_input
 
 HIDDEN = "store_secret"  # the vault's: the reader works with orders and reports, not the vault
 MISSING = "no_such_tool"

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,13 +17,7 @@ from typing import Any
 import pytest
 import redis
 from asgiref.sync import sync_to_async
-from django.conf import settings as django_settings
 from django.contrib.auth import get_user_model
-from django.db import connection
-from django.test import Client
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
-from websockets.typing import Origin
 
 from assistant.models import AuditEntry, Conversation, Message
 from assistant.stream.broadcast import same_server
@@ -32,7 +25,10 @@ from assistant.stream.eventlog import MemoryEventLog, RedisEventLog, event_log
 from tests.channel_layers import REDIS_CHANNEL_LAYERS
 from tests.channel_layers import redis_channel_layer as redis_channel_layer_config
 from tests.conftest import REDIS_URL, perm
+from tests.live_sockets import session_cookie, ws_connect, ws_receive, ws_receive_run, ws_send
+from tests.processes import ROOT, database_url, free_port, wait_until_listening
 from tests.sockets import (
+    PING_RUN,
     WAIT,
     count_group_sends,
     kind,
@@ -41,12 +37,11 @@ from tests.sockets import (
     receive_run,
     receive_until,
     send,
+    stored,
 )
-from tests.surfaces.test_websocket import PING_RUN, stored
 
 pytestmark = pytest.mark.redis
 
-ROOT = Path(__file__).resolve().parents[2]
 UVICORN = [sys.executable, "-m", "uvicorn", "tests.asgi:application", "--host", "127.0.0.1"]
 UVICORN += ["--lifespan", "off", "--log-level", "warning"]
 
@@ -458,29 +453,6 @@ async def test_the_redis_event_log_expires(redis_event_log, open_socket, plain_u
 # -- two server processes ----------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def wait_until_listening(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"server on port {port} exited:\n{log.read_text()}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-            return
-        time.sleep(0.05)
-    pytest.fail(f"server on port {port} did not start within 20 s:\n{log.read_text()}")
-
-
-def database_url() -> str:
-    db = connection.settings_dict
-    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
-    return f"postgres://{db['USER']}{password}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
-
-
 @contextlib.contextmanager
 def servers(
     count: int,
@@ -539,42 +511,6 @@ def two_servers(tmp_path: Path, redis_channel_layer: dict[str, Any]) -> Iterator
     """Two server processes of the test project on the test database, Redis between them."""
     with servers(2, tmp_path, redis_channel_layer) as urls:
         yield urls
-
-
-def session_cookie(username: str) -> str:
-    client = Client()
-    assert client.login(username=username, password="pw")
-    name = django_settings.SESSION_COOKIE_NAME
-    return f"{name}={client.cookies[name].value}"
-
-
-async def ws_receive(ws: ClientConnection) -> dict[str, Any]:
-    try:
-        return json.loads(await asyncio.wait_for(ws.recv(), WAIT))
-    except (TimeoutError, ConnectionClosed) as exc:
-        # A plain report: Python 3.13.0 has crashed rendering these tracebacks' frame locals.
-        pytest.fail(f"{ws.remote_address}: no frame within {WAIT} s ({exc!r})", pytrace=False)
-
-
-async def ws_receive_run(ws: ClientConnection) -> list[dict[str, Any]]:
-    frames = [await ws_receive(ws)]
-    while frames[-1]["type"] not in ("RUN_FINISHED", "RUN_ERROR"):
-        frames.append(await ws_receive(ws))
-    return frames
-
-
-async def ws_send(ws: ClientConnection, **content: Any) -> None:
-    await ws.send(json.dumps(content))
-
-
-def ws_connect(url: str, cookie: str, open_timeout: float = WAIT) -> connect:
-    return connect(
-        url,
-        origin=Origin("http://127.0.0.1"),
-        additional_headers={"Cookie": cookie},
-        open_timeout=open_timeout,
-        proxy=None,
-    )
 
 
 @pytest.mark.postgres

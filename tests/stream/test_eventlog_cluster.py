@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -23,32 +22,11 @@ from assistant.stream.broadcast import published_by
 from assistant.stream.eventlog import RedisEventLog, event_log
 from tests.channel_layers import redis_channel_layer as redis_channel_layer_config
 from tests.conftest import REQUIRE_SERVICES
-from tests.sockets import WAIT, count_group_sends, kinds, receive_run, send
-from tests.surfaces.test_websocket import PING_RUN
+from tests.processes import free_ports
+from tests.sockets import PING_RUN, WAIT, count_group_sends, kinds, receive_run, send
 
 MASTERS = 3
-FIRST_PORT = 7101
 CONVERSATIONS = 12  # enough that their logs land on every master
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` consecutive ports from 7101 up whose cluster bus ports (+10000) are free too."""
-    start = FIRST_PORT
-    while start < 7200 - count:
-        ports = list(range(start, start + count))
-        if all(free(port) and free(port + 10000) for port in ports):
-            return ports
-        start += count
-    raise RuntimeError("no free ports in 7101-7199 for a Redis Cluster")
-
-
-def free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def wait_until(ready: Any, what: str, within: float = 10.0) -> None:

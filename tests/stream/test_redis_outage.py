@@ -17,9 +17,8 @@ import redis
 from assistant.models import AuditEntry, Message
 from tests.channel_layers import redis_channel_layer
 from tests.conftest import REQUIRE_SERVICES
-from tests.sockets import kinds, receive_run, send
-from tests.stream.test_eventlog_cluster import free_ports
-from tests.surfaces.test_websocket import PING_RUN
+from tests.processes import free_ports
+from tests.sockets import PING_RUN, kinds, receive_run, send
 
 pytestmark = pytest.mark.redis
 

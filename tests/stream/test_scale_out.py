@@ -13,17 +13,9 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 
 from assistant.models import AuditEntry, Message
-from tests.sockets import kind, kinds
-from tests.stream.test_channel_layers import (
-    seqs,
-    servers,
-    session_cookie,
-    ws_connect,
-    ws_receive,
-    ws_receive_run,
-    ws_send,
-)
-from tests.surfaces.test_websocket import PING_RUN, stored
+from tests.live_sockets import session_cookie, ws_connect, ws_receive, ws_receive_run, ws_send
+from tests.sockets import PING_RUN, kind, kinds, stored
+from tests.stream.test_channel_layers import seqs, servers
 
 pytestmark = [pytest.mark.redis, pytest.mark.postgres]
 

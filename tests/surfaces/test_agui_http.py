@@ -9,83 +9,33 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
-from ag_ui.core import BaseEvent, Event, EventType, RunAgentInput
+from ag_ui.core import BaseEvent, EventType
 from django.middleware.csrf import _get_new_csrf_string
 from django.test import Client
 from django.utils import timezone
-from pydantic import TypeAdapter
 from rest_framework.authtoken.models import Token
 
 from assistant.models import AuditEntry, Conversation, Message, PendingAction
 from assistant.surfaces import agui
 from assistant.turns.conversations import thread_conversation
+from tests.agui_clients import WAIT, Agent, ask_to_cancel, parse, resume, run_input
 from tests.openai_peer import USAGE, Reply, call, raw, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm
+from tests.processes import ROOT
 from tests.stream_shapes import SIGNATURE, chunk
 from tests.testapp.models import Order
 
-AG_UI_EVENT: TypeAdapter[Any] = TypeAdapter(Event)
-WAIT = 20.0
 APPROVAL_SCHEMA = {
     "type": "object",
     "properties": {"approved": {"type": "boolean"}},
     "required": ["approved"],
 }
-
-
-def run_input(text: str | None = "ping", thread_id: str | None = None, **fields: Any) -> dict:
-    """A RunAgentInput as @ag-ui/client's HttpAgent sends it (camelCase, the whole history)."""
-    messages = fields.pop("messages", None)
-    if messages is None:
-        messages = [{"id": str(uuid.uuid4()), "role": "user", "content": text}] if text else []
-    body = {
-        "threadId": thread_id or str(uuid.uuid4()),
-        "runId": str(uuid.uuid4()),
-        "state": {},
-        "messages": messages,
-        "tools": [],
-        "context": [],
-        "forwardedProps": {},
-        **fields,
-    }
-    RunAgentInput.model_validate(body)  # the tests send only what the protocol allows
-    return body
-
-
-class Agent:
-    """One user's AG-UI client against the live server (a DRF token, as ``Bearer``)."""
-
-    def __init__(self, server: str, user: Any) -> None:
-        self.url = f"{server}/assistant/agui/"
-        self.headers = {"Authorization": f"Bearer {Token.objects.create(user=user).key}"}
-
-    def post(self, body: Any, **kwargs: Any) -> requests.Response:
-        headers = {"Accept": "text/event-stream", **self.headers, **kwargs.pop("headers", {})}
-        return requests.post(self.url, json=body, headers=headers, timeout=WAIT, **kwargs)
-
-    def run(self, body: dict[str, Any]) -> list[BaseEvent]:
-        """The run's events, each validated by the ag_ui.core models."""
-        with self.post(body, stream=True) as response:
-            assert response.status_code == 200, response.text
-            assert response.headers["Content-Type"] == "text/event-stream"
-            assert response.headers["Cache-Control"] == "no-cache"
-            assert response.headers["X-Accel-Buffering"] == "no"
-            return list(parse(response.iter_lines(decode_unicode=True)))
-
-
-def parse(lines: Iterator[str]) -> Iterator[BaseEvent]:
-    for line in lines:
-        if line:
-            assert line.startswith("data: "), line
-            yield AG_UI_EVENT.validate_json(line.removeprefix("data: "))
 
 
 def types(events: list[BaseEvent]) -> list[str]:
@@ -103,11 +53,6 @@ def decisions(operation: str) -> list[str]:
         .order_by("pk")
         .values_list("decision", flat=True)
     )
-
-
-@pytest.fixture
-def agent(asgi_live_server: str) -> Callable[[Any], Agent]:
-    return lambda user: Agent(asgi_live_server, user)
 
 
 # -- a run -----------------------------------------------------------------------------------
@@ -403,20 +348,6 @@ def test_an_invalid_run_input_says_which_fields_are_wrong(agent, plain_user):
 # -- confirmations are interrupts ------------------------------------------------------------
 
 
-def ask_to_cancel(client: Agent, order: Order) -> tuple[dict[str, Any], list[BaseEvent]]:
-    body = run_input(f"cancel order {order.pk}")
-    return body, client.run(body)
-
-
-def resume(asked: dict[str, Any], interrupt_id: str, status: str = "resolved", **payload: Any):
-    return run_input(
-        None,
-        thread_id=asked["threadId"],
-        messages=asked["messages"],
-        resume=[{"interruptId": interrupt_id, "status": status, "payload": payload or None}],
-    )
-
-
 @pytest.mark.django_db(transaction=True)
 def test_a_dangerous_tool_ends_the_run_with_one_interrupt_per_pending_action(agent, clerk):
     order = Order.objects.create(reference="ORD-1")
@@ -572,7 +503,6 @@ def test_a_client_that_disconnects_stops_the_turn_and_it_is_stored_cancelled(age
 
 # -- an off-the-shelf client -----------------------------------------------------------------
 
-ROOT = Path(__file__).resolve().parents[2]
 AG_UI_CLIENT = ROOT / "node_modules" / "@ag-ui" / "client" / "package.json"
 
 

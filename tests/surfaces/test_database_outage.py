@@ -25,11 +25,10 @@ from websockets.asyncio.client import connect
 from websockets.typing import Origin
 
 from assistant.exceptions import ReplyNotStored, outage
-from tests.mcp_clients import server_command
+from tests.agui_clients import run_input
+from tests.mcp_clients import MODERN, envelope, server_command
 from tests.outage import Cluster, private_postgres
-from tests.stream.test_channel_layers import ROOT, free_port, wait_until_listening
-from tests.surfaces.mcp.test_fuzz import MODERN, envelope
-from tests.surfaces.test_agui_http import run_input
+from tests.processes import ROOT, free_port, wait_until_listening
 
 WAIT = 20
 

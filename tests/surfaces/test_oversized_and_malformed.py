@@ -12,9 +12,8 @@ from rest_framework.authtoken.models import Token
 
 from assistant.access import tokens
 from assistant.models import Conversation, Message
-from tests.surfaces.mcp.test_fuzz import MODERN, envelope
-from tests.surfaces.test_agui_http import agent as agent  # the fixture
-from tests.surfaces.test_agui_http import run_input
+from tests.agui_clients import run_input
+from tests.mcp_clients import MODERN, envelope
 
 SMALL_LIMIT = 10_000  # DATA_UPLOAD_MAX_MEMORY_SIZE for these tests (Django's default is 2.5 MB)
 

@@ -23,6 +23,7 @@ from assistant.stream.broadcast import Publisher, group_name
 from assistant.surfaces.websocket import _arrays
 from assistant.turns.turn import TURN_FAILED
 from tests.sockets import (
+    PING_RUN,
     WAIT,
     Socket,
     count_group_sends,
@@ -32,29 +33,15 @@ from tests.sockets import (
     receive,
     receive_run,
     receive_until,
+    request_cancel_order,
     send,
+    stored,
     turns_ended,
 )
 from tests.testapp.models import Order
 
 AG_UI_EVENT = TypeAdapter(Event)
 
-# One turn that runs a safe tool, as a client sees it.
-PING_RUN = [
-    "RUN_STARTED",
-    "TEXT_MESSAGE_START user",
-    "TEXT_MESSAGE_CONTENT",
-    "TEXT_MESSAGE_END",
-    "TOOL_CALL_START ping",
-    "TOOL_CALL_ARGS",
-    "TOOL_CALL_END",
-    "TOOL_CALL_RESULT",
-    "CUSTOM assistant.outcome",
-    "TEXT_MESSAGE_START assistant",
-    "TEXT_MESSAGE_CONTENT",
-    "TEXT_MESSAGE_END",
-    "RUN_FINISHED",
-]
 # A run that answers a pending action: no user message, the call and its result, the reply.
 DECISION_RUN = [
     "RUN_STARTED",
@@ -68,12 +55,6 @@ DECISION_RUN = [
     "TEXT_MESSAGE_END",
     "RUN_FINISHED",
 ]
-
-
-def stored(conversation_id: str) -> list[Message]:
-    return list(
-        Message.objects.filter(conversation_id=conversation_id).order_by("created_at", "id")
-    )
 
 
 def decisions(operation: str) -> list[str]:
@@ -299,11 +280,6 @@ async def test_a_next_message_continues_the_conversation_and_its_numbering(open_
 
 
 # -- approvals -------------------------------------------------------------------------------
-
-
-async def request_cancel_order(socket: Socket, order: Order) -> list[dict[str, Any]]:
-    await send(socket, type="message", text=f"cancel order {order.pk}")
-    return await receive_run(socket)
 
 
 @pytest.mark.django_db(transaction=True)

@@ -29,18 +29,12 @@ from websockets.typing import Origin
 
 from assistant.checks import check_settings
 from assistant.models import Conversation, Message
-from tests import browsing
+from tests import browsing, sockets
 from tests.asgi import application
+from tests.live_sockets import session_cookie
+from tests.processes import ROOT, database_url, free_port, wait_until_listening
 from tests.sockets import ORIGIN, WAIT, kind, kinds, receive, receive_run, send
-from tests.stream.test_channel_layers import (
-    database_url,
-    free_port,
-    session_cookie,
-    wait_until_listening,
-)
-from tests.surfaces import test_websocket
 
-ROOT = Path(__file__).resolve().parents[2]
 CAP = 256 * 1024  # the daphne server's SOCKET_MAX_PENDING_BYTES
 BIG = "x" * 8000  # one stored message: 40 of them make a ~330 KB snapshot
 
@@ -194,7 +188,7 @@ def assert_bursts_of_a_ping_run(subprotocol: str | None, received: list[Any]) ->
     assert subprotocol == "assistant.bursts"
     assert all(isinstance(burst, list) for burst in received)
     frames = [frame for burst in received for frame in burst]
-    assert kinds(frames) == test_websocket.PING_RUN
+    assert kinds(frames) == sockets.PING_RUN
     assert len(received) < len(frames)
 
 
@@ -333,7 +327,7 @@ async def test_the_websocket_turn_budget_is_its_own_not_spent_by_rest_requests(
 
     await send(socket, type="message", text="ping")
 
-    assert kinds(await receive_run(socket)) == test_websocket.PING_RUN
+    assert kinds(await receive_run(socket)) == sockets.PING_RUN
 
 
 NOT_WHOLE_NUMBERS = ["Infinity", "-Infinity", "NaN", "1e999", "1.5", "true", "false", '"5"', "-1"]
@@ -410,7 +404,7 @@ async def test_the_llm_planner_without_openai_still_echoes_the_message_and_ends_
     assert frames[2]["delta"] == "hello there"
     assert frames[-1]["type"] == "RUN_ERROR"
     assert frames[-1]["code"] == "llm_unavailable"
-    stored = await sync_to_async(test_websocket.stored)(frames[0]["threadId"])
+    stored = await sync_to_async(sockets.stored)(frames[0]["threadId"])
     assert [(m.role, m.status) for m in stored] == [("user", "complete"), ("assistant", "failed")]
 
 

@@ -26,10 +26,10 @@ from assistant.models import AuditEntry, BudgetReservation, BudgetUsage, Convers
 from assistant.stream.broadcast import group_name
 from assistant.turns.budgets import estimate_prompt_tokens, estimate_tokens
 from assistant.turns.runs import arun_turn, run_turn
+from tests.live_sockets import session_cookie, ws_connect, ws_receive_run, ws_send
 from tests.openai_peer import USAGE, Reply, call, error, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm
-from tests.stream.test_channel_layers import session_cookie, ws_connect, ws_receive_run, ws_send
 
 WAIT = 30.0
 PER_SURFACE = 6

@@ -10,10 +10,9 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from assistant.models import AuditEntry, Conversation, Message, PendingAction
+from tests.approving import BASE
 from tests.clients import API, client_for
 from tests.sockets import kind, receive, receive_run, send
-
-BASE = {"RESOURCES": {"orders": "testapp.Order"}, "THROTTLE_RATE": "10000/min"}
 
 
 def _delete_over_rest(user: Any, conversation_id: str) -> int:

@@ -22,8 +22,8 @@ from assistant.models import AuditEntry, Message
 from assistant.turns.messages import start_turn
 from tests.channel_layers import REDIS_CHANNEL_LAYERS, redis_channel_layer
 from tests.clients import API
+from tests.live_sockets import session_cookie, ws_connect, ws_receive, ws_send
 from tests.sockets import kind, receive, receive_until, send
-from tests.stream.test_channel_layers import session_cookie, ws_connect, ws_receive, ws_send
 
 FINAL = {"complete", "cancelled", "failed"}
 

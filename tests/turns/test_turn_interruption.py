@@ -34,23 +34,15 @@ from assistant.turns.messages import start_turn
 from assistant.turns.turn import Turn
 from tests.clients import API
 from tests.conftest import REDIS_URL
+from tests.live_sockets import session_cookie, ws_connect, ws_send
 from tests.openai_peer import LONGEST_STALL, Peer, Reply, call, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixture
-from tests.sockets import kind, kinds, receive
+from tests.processes import ROOT, database_url, free_port, wait_until_listening
+from tests.sockets import kind, kinds, receive, request_cancel_order
 from tests.sockets import send as socket_send
-from tests.stream.test_channel_layers import (
-    database_url,
-    forget_event_logs,
-    free_port,
-    session_cookie,
-    wait_until_listening,
-    ws_connect,
-    ws_send,
-)
-from tests.surfaces.test_websocket import request_cancel_order
+from tests.stream.test_channel_layers import forget_event_logs
 from tests.testapp.models import Order
 
-ROOT = Path(__file__).resolve().parents[2]
 STALE_AFTER = 2.0  # the servers' TURN_STALE_AFTER (heartbeats every 0.5 s)
 INTERRUPTED_RUN = [
     *["TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END"],

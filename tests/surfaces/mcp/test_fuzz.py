@@ -16,15 +16,12 @@ from mcp.shared.inbound import encode_header_value
 
 from assistant.access import tokens
 from assistant.models import AuditEntry, PendingAction
+from tests.mcp_clients import MODERN, envelope
 from tests.testapp.models import Order
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 EXAMPLES = int(os.environ.get("ASSISTANT_FUZZ_EXAMPLES", "40"))
-MODERN = {
-    "Accept": "application/json, text/event-stream",
-    "MCP-Protocol-Version": "2026-07-28",
-}
 OPERATIONS = ["list_orders", "approve_order", "cancel_order", "echo_types", "ping", "explode"]
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
@@ -33,16 +30,6 @@ json_values = st.recursive(
     ),
     max_leaves=12,
 )
-
-
-def envelope(method: str, params: Any) -> dict[str, Any]:
-    meta = {
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
-    }
-    if isinstance(params, dict):
-        params = {**params, "_meta": meta}
-    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
 
 
 async def post(

@@ -12,7 +12,8 @@ import pytest
 from assistant.access import tokens
 from assistant.models import AuditEntry
 from tests.conftest import REQUIRE_SERVICES
-from tests.mcp_clients import PATH, ROOT
+from tests.mcp_clients import PATH
+from tests.processes import ROOT
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

@@ -17,7 +17,8 @@ from mcp import Client, StdioServerParameters
 from assistant.access import tokens
 from assistant.dispatch.confirmation import confirm_action
 from assistant.models import AuditEntry, PendingAction
-from tests.mcp_clients import MODES, ROOT, database_url, mcp_client, server_processes
+from tests.mcp_clients import MODES, mcp_client, server_processes
+from tests.processes import ROOT, database_url
 from tests.testapp.models import Order
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]

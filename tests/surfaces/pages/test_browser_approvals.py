@@ -11,16 +11,13 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from assistant.models import AuditEntry, Conversation, Message, PendingAction
+from tests.approving import CHANGES
 from tests.browsing import ARTIFACTS, RECORD_VIOLATIONS, record_frames
 from tests.testapp.models import Order
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 PHONE = {"width": 390, "height": 844}
-CHANGES = {
-    "kind": "changes",
-    "rows": [{"field": "status", "before": "open", "after": "cancelled"}],
-}
 
 
 def screenshot(page: Page, name: str) -> None:

@@ -12,7 +12,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
 from assistant.models import AccessToken, Conversation, Job, Message, PendingAction
-from tests.access.test_approval_policies import approvals, ask, audit, policies, status_of
+from tests.approving import approvals, ask, audit, policies, status_of
 from tests.clients import API, client_for
 from tests.testapp.models import Order
 
