@@ -21,6 +21,7 @@ CHROMIUM_ARGS = [
     "--disable-quic",
 ]
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "browser"
+PHONE = {"width": 390, "height": 844}  # a phone's viewport
 WAIT = 10_000  # ms: the longest any step may take before the test fails
 # an init script: what the page's Content-Security-Policy refused lands in window.__violations
 RECORD_VIOLATIONS = """
@@ -78,3 +79,15 @@ def signed_in_context(browser: Browser, server: str, user: Any, **options: Any) 
     cookie = {"name": "sessionid", "value": client.cookies["sessionid"].value, "url": server}
     context.add_cookies([cookie])
     return context
+
+
+def go(page: Page, url: str) -> None:
+    """Open the chat page at ``url`` and wait until its socket is connected."""
+    from playwright.sync_api import expect
+
+    page.goto(url)
+    expect(page.locator("#status")).to_have_text("connected")
+
+
+def tool_card(page: Page, operation: str) -> Any:
+    return page.locator(f'details.tool[data-operation="{operation}"]')

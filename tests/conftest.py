@@ -13,10 +13,12 @@ from django.contrib.auth.models import Group, Permission
 from django.db import connection, connections
 
 from assistant.access.permissions import access_changed
+from assistant.core.lifecycle import ToolSession
 from assistant.turns.lanes import RUNNING, close_turn_connections
 from tests import agui_clients, sockets
 from tests.channel_layers import REDIS_CHANNEL_LAYERS
 from tests.channel_layers import redis_channel_layer as redis_channel_layer_config
+from tests.testapp.models import Order
 
 REQUIRE_SERVICES = os.environ.get("ASSISTANT_REQUIRE_SERVICES") == "1"
 
@@ -157,6 +159,31 @@ async def open_socket() -> AsyncIterator[sockets.OpenSocket]:
 def diagnostician(make_user: Callable[..., Any]) -> Any:
     """May run the diagnostics tools: ``start_job``, the test toolsets' and the timeout tools."""
     return make_user("diagnostician", "assistant.diagnostics_run")
+
+
+@pytest.fixture
+def keeper(make_user: Callable[..., Any]) -> Any:
+    """May store secrets."""
+    return make_user("keeper", "assistant.vault_write")
+
+
+@pytest.fixture
+def author(make_user: Callable[..., Any]) -> Any:
+    """May create validation tasks."""
+    return make_user("author", "assistant.add_validationtask")
+
+
+@pytest.fixture
+def order(db: None) -> Order:
+    return Order.objects.create(reference="ORD-1")
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[ToolSession]:
+    """A chat session's toolsets, stopped after the test (connections closed, tasks ended)."""
+    tools = ToolSession()
+    yield tools
+    await tools.stop()
 
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")

@@ -51,3 +51,7 @@ async def ws_receive_run(ws: ClientConnection) -> list[dict[str, Any]]:
     while frames[-1]["type"] not in ("RUN_FINISHED", "RUN_ERROR"):
         frames.append(await ws_receive(ws))
     return frames
+
+
+def seqs(frames: list[dict[str, Any]]) -> list[int]:
+    return [frame["seq"] for frame in frames]

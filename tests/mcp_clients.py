@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+from asgiref.sync import sync_to_async
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from assistant.access import tokens
 from tests.processes import ROOT, database_url, free_port, wait_until_listening
 
 MODES = ["legacy", "2026-07-28"]  # the 2025-11-25 handshake, and the stateless revision
@@ -80,3 +82,9 @@ def envelope(method: str, params: Any) -> dict[str, Any]:
     if isinstance(params, dict):
         params = {**params, "_meta": meta}
     return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+
+
+async def issue(user: Any, name: str = "laptop", **options: Any) -> str:
+    """A personal access token's secret for ``user`` (``options`` bound it, as ``tokens.issue``)."""
+    _, secret = await sync_to_async(tokens.issue)(user, name=name, **options)
+    return secret

@@ -21,6 +21,7 @@ from assistant.models import Conversation, Job, Message
 from tests.processes import ROOT, database_url
 from tests.testapp.models import Order
 
+WORKER_STARTS = 30  # seconds a db_worker process may take to start and run what is asked
 DATABASE_BACKEND = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 
 

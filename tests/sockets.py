@@ -135,3 +135,12 @@ def stored(conversation_id: str) -> list[Message]:
 async def request_cancel_order(socket: Socket, order: Order) -> list[dict[str, Any]]:
     await send(socket, type="message", text=f"cancel order {order.pk}")
     return await receive_run(socket)
+
+
+def outcomes(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The recorded outcome of each tool call in a run."""
+    return [
+        frame["value"]
+        for frame in frames
+        if frame["type"] == "CUSTOM" and frame["name"] == "assistant.outcome"
+    ]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import socket
 import subprocess
 import time
@@ -27,22 +26,11 @@ import pytest
 from websockets.asyncio.client import connect
 
 from tests.processes import free_port
-from tests.wheel import REPO, InstalledWheel, clean_environment, installed_wheel
+from tests.tutorial import tutorial_block
+from tests.wheel import InstalledWheel, clean_environment, installed_wheel
 
 PASSWORD = "a-long-enough-password"
 DAPHNE_APPLICATION = ("-b", "127.0.0.1", "mysite.asgi:application")
-
-
-def tutorial_block(name: str, page: str = "tutorial.md") -> str:
-    """The code block between ``<!-- startproject:NAME -->`` and its closing marker."""
-    tutorial = (REPO / "docs" / page).read_text()
-    section = re.search(
-        rf"<!-- startproject:{name} -->\s*```python\n(.*?)```\s*<!-- /startproject:{name} -->",
-        tutorial,
-        re.DOTALL,
-    )
-    assert section, f"docs/{page} has no startproject:{name} block"
-    return section.group(1)
 
 
 @dataclass

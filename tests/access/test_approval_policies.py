@@ -33,11 +33,6 @@ def cancel(client: Any, action: PendingAction, **body: Any) -> Any:
 
 
 @pytest.fixture
-def order(db: Any) -> Order:
-    return Order.objects.create(reference="ORD-1")
-
-
-@pytest.fixture
 def lead(make_user: Any) -> Any:
     """A second person who may approve orders (and holds nothing else)."""
     return make_user("lead", "testapp.approve_order")

@@ -436,7 +436,7 @@ def test_an_oauth_tokens_check_is_one_query_and_names_its_lapse(
     from oauth2_provider.models import get_access_token_model
 
     from assistant.access.credentials import Credential
-    from tests.surfaces.mcp.test_oauth import issue_token
+    from tests.oauth_tokens import issue_token
 
     issue_token(clerk, resource=["http://testserver/assistant/mcp/"])
     grant = get_access_token_model().objects.get()

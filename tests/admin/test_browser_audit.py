@@ -9,11 +9,10 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from assistant.dispatch.door import dispatch
+from tests.admin.pages import SECRET
 from tests.browsing import ARTIFACTS, WAIT
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-SECRET = "hunter2"
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
 import pytest
@@ -46,14 +45,6 @@ from tests.testapp.assistant_tools import Broken, Probe, Sluggish
 WAIT = 2.0  # seconds anything that should happen "soon" may take
 
 Started = ToolLifecycleState.STARTED
-
-
-@pytest.fixture
-async def session() -> AsyncIterator[ToolSession]:
-    """A chat session's toolsets, stopped after the test (connections closed, tasks ended)."""
-    tools = ToolSession()
-    yield tools
-    await tools.stop()
 
 
 # -- CancellationToken ---------------------------------------------------------------------------

@@ -100,12 +100,6 @@ def leaking_records(caplog: pytest.LogCaptureFixture) -> list[str]:
     ]
 
 
-@pytest.fixture
-def keeper(make_user: Callable[..., Any]) -> Any:
-    """May store and rotate secrets."""
-    return make_user("keeper", "assistant.vault_write")
-
-
 # -- REST ------------------------------------------------------------------------------------
 
 

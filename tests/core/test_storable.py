@@ -6,16 +6,15 @@ import json
 from typing import Any
 
 import pytest
-from rest_framework.test import APIClient
 
 from assistant.core.storable import storable, storable_text, unstorable
 from assistant.dispatch.door import dispatch
 from assistant.exceptions import InvalidMessage
 from assistant.models import AuditEntry, Conversation, Job, Message, PendingAction
 from assistant.turns.messages import check_message
+from tests.clients import post_raw
 from tests.testapp.assistant_tools import RECORDED
 
-API = "/assistant/api"
 NUL_AND_SURROGATES = "a\x00b\ud800c\udc80"
 
 # Raw JSON bodies: json.dumps writes a lone surrogate as a \ud800 escape, as a client would.
@@ -43,17 +42,6 @@ UNSTORABLE_CALLS = {
     ),
     "over-long-string": ({"name": "x" * 10_001}, {"name": "must be at most 10000 characters long"}),
 }
-
-
-def raw_json(payload: Any) -> str:
-    # 1e400 is how a JSON client writes an overflowing float; Python has no literal for it.
-    return json.dumps(payload, allow_nan=True).replace("Infinity", "1e400")
-
-
-def post_raw(user: Any, path: str, payload: Any) -> Any:
-    client = APIClient()
-    client.force_login(user)
-    return client.post(f"{API}/{path}/", raw_json(payload), content_type="application/json")
 
 
 def assert_refused_and_audited(superuser: Any, entities: dict[str, Any], errors: Any) -> None:

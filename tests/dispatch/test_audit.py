@@ -29,12 +29,6 @@ def entry(plain_user):
     return AuditEntry.objects.get(pk=outcome.audit_id)
 
 
-@pytest.fixture
-def keeper(make_user):
-    """May store secrets."""
-    return make_user("keeper", "assistant.vault_write")
-
-
 def test_an_entry_cannot_be_saved_again(entry):
     entry.decision = "denied"
 

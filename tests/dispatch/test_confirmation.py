@@ -19,11 +19,6 @@ from assistant.models import AuditEntry, PendingAction, entities_digest
 from tests.testapp.models import Order
 
 
-@pytest.fixture
-def order(db):
-    return Order.objects.create(reference="ORD-1")
-
-
 def request_approval(user, order, **entities):
     outcome = dispatch("approve_order", {"order_id": order.pk, **entities}, user=user)
     assert outcome.decision == "confirmation_requested"

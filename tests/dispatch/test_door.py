@@ -26,11 +26,6 @@ def last_audit_id():
     return AuditEntry.objects.order_by("-id").values_list("id", flat=True).first() or 0
 
 
-@pytest.fixture
-def order(db):
-    return Order.objects.create(reference="ORD-1")
-
-
 @pytest.mark.django_db
 @pytest.mark.parametrize(
     ("username", "operation", "entities", "decision"),

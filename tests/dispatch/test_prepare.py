@@ -16,7 +16,8 @@ from assistant.exceptions import (
     PhraseMismatch,
     ToolDefinitionError,
 )
-from assistant.models import AuditEntry, PendingAction, entities_digest
+from assistant.models import PendingAction, entities_digest
+from tests.audit_trail import decisions
 
 CRATES = {"red crate": 7, "blue crate": 8, "red box": 9}
 
@@ -95,14 +96,6 @@ def site() -> Site:
         return ToolResult(text=f"crate {crate} weighs 3 kg")
 
     return site
-
-
-def decisions(operation: str) -> list[str]:
-    return list(
-        AuditEntry.objects.filter(operation=operation)
-        .order_by("id")
-        .values_list("decision", flat=True)
-    )
 
 
 @pytest.mark.django_db

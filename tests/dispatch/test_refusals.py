@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -26,7 +25,7 @@ from tests.clients import API, client_for, dispatch_call
 from tests.openai_peer import call, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm
-from tests.sockets import WAIT, receive, receive_run, send
+from tests.sockets import WAIT, outcomes, receive, receive_run, send
 from tests.testapp import assistant_tools as testapp_tools
 from tests.testapp.models import Order
 from tests.validations import orders as orders  # a fixture
@@ -35,14 +34,6 @@ from tests.validations import task_for
 
 CANCEL_REFUSED = "You can't use cancel_order: it needs “Can change order”. Ask an operator for it."
 DEACTIVATED = "Your account has been deactivated. Ask an operator to reactivate it."
-
-
-def outcomes(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [
-        frame["value"]
-        for frame in frames
-        if frame["type"] == "CUSTOM" and frame["name"] == "assistant.outcome"
-    ]
 
 
 # -- the permission, in human words ----------------------------------------------------------

@@ -11,8 +11,8 @@ from playwright.sync_api import Page, expect
 from assistant.models import AuditEntry, Job, PendingAction
 from dashboards.models import Dashboard
 from tests.browsing import ARTIFACTS, send
+from tests.example.dashboard_pages import DESKTOP, idle, reply, tool_card
 from tests.example.dashboards_world import World
-from tests.example.test_browser_dashboards import DESKTOP, idle, reply, tool_card
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

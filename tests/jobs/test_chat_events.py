@@ -14,10 +14,9 @@ from django.utils import timezone
 
 from assistant.models import AuditEntry, Conversation, Job, Message
 from tests.clients import API, client_for
+from tests.race_jobs import WORKER_STARTS
 from tests.race_jobs import workers as workers  # a fixture
 from tests.sockets import WAIT, Socket
-
-WORKER_STARTS = 30  # seconds a db_worker process may take to start and run the job
 
 
 @pytest.fixture

@@ -19,13 +19,11 @@ from django_tasks_db.models import DBTaskResult
 from assistant.jobs import JobManager, cancel_job, execute_job, run_job
 from assistant.models import Job
 from tests import race_jobs
-from tests.race_jobs import Workers, conversation_texts, eventually, reap, start_job
+from tests.race_jobs import WORKER_STARTS, Workers, conversation_texts, eventually, reap, start_job
 from tests.race_jobs import conversation as conversation  # a fixture
 from tests.race_jobs import workers as workers  # a fixture
 from tests.testapp import jobs as testapp_jobs
 from tests.testapp.models import Order
-
-WORKER_STARTS = 30  # seconds a db_worker process may take to start and run what is asked
 
 
 def job_row(job: Job) -> Job:

@@ -13,9 +13,9 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 
 from assistant.models import AuditEntry, Message
-from tests.live_sockets import session_cookie, ws_connect, ws_receive, ws_receive_run, ws_send
+from tests.live_sockets import seqs, session_cookie, ws_connect, ws_receive, ws_receive_run, ws_send
 from tests.sockets import PING_RUN, kind, kinds, stored
-from tests.stream.test_channel_layers import seqs, servers
+from tests.uvicorn_servers import servers
 
 pytestmark = [pytest.mark.redis, pytest.mark.postgres]
 

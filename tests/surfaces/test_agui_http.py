@@ -24,6 +24,7 @@ from assistant.models import AuditEntry, Conversation, Message, PendingAction
 from assistant.surfaces import agui
 from assistant.turns.conversations import thread_conversation
 from tests.agui_clients import WAIT, Agent, ask_to_cancel, parse, resume, run_input
+from tests.audit_trail import decisions
 from tests.openai_peer import USAGE, Reply, call, raw, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm
@@ -45,14 +46,6 @@ def types(events: list[BaseEvent]) -> list[str]:
 def only(events: list[BaseEvent], kind: EventType) -> Any:
     (found,) = [event for event in events if event.type == kind]
     return found
-
-
-def decisions(operation: str) -> list[str]:
-    return list(
-        AuditEntry.objects.filter(operation=operation)
-        .order_by("pk")
-        .values_list("decision", flat=True)
-    )
 
 
 # -- a run -----------------------------------------------------------------------------------

@@ -9,19 +9,19 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from ag_ui.core import Event
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.test import Client, override_settings
 from django.utils import timezone
-from pydantic import TypeAdapter
 
 from assistant.dispatch.door import adispatch
 from assistant.models import AuditEntry, Conversation, Message, PendingAction
 from assistant.stream.broadcast import Publisher, group_name
 from assistant.surfaces.websocket import _arrays
 from assistant.turns.turn import TURN_FAILED
+from tests.agui_clients import AG_UI_EVENT
+from tests.audit_trail import decisions
 from tests.sockets import (
     PING_RUN,
     WAIT,
@@ -40,8 +40,6 @@ from tests.sockets import (
 )
 from tests.testapp.models import Order
 
-AG_UI_EVENT = TypeAdapter(Event)
-
 # A run that answers a pending action: no user message, the call and its result, the reply.
 DECISION_RUN = [
     "RUN_STARTED",
@@ -55,14 +53,6 @@ DECISION_RUN = [
     "TEXT_MESSAGE_END",
     "RUN_FINISHED",
 ]
-
-
-def decisions(operation: str) -> list[str]:
-    return list(
-        AuditEntry.objects.filter(operation=operation)
-        .order_by("pk")
-        .values_list("decision", flat=True)
-    )
 
 
 # -- connecting ------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from assistant.turns.lanes import RUNNING
 from tests.asgi import application
 from tests.lifecycles import eventually
 from tests.lifecycles import log as log  # a fixture
-from tests.sockets import ORIGIN, WAIT, OpenSocket, Socket
+from tests.sockets import ORIGIN, WAIT, OpenSocket, Socket, outcomes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -27,15 +27,6 @@ async def ask(socket: Socket, text: str) -> list[dict[str, Any]]:
     if RUNNING:  # the turn stores its reply after the last frame: let it finish
         await asyncio.wait(set(RUNNING), timeout=WAIT)
     return frames
-
-
-def outcomes(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The recorded outcome of each tool call in a run."""
-    return [
-        frame["value"]
-        for frame in frames
-        if frame["type"] == "CUSTOM" and frame["name"] == "assistant.outcome"
-    ]
 
 
 def probe_id(frames: list[dict[str, Any]]) -> int:

@@ -9,7 +9,7 @@ import sqlite3
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,14 +65,6 @@ def analyst(make_user: Callable[..., Any]) -> Any:
 def browser(make_user: Callable[..., Any]) -> Any:
     """May look at the schema, not query it."""
     return make_user("browser", "assistant.database_read")
-
-
-@pytest.fixture
-async def session() -> AsyncIterator[ToolSession]:
-    """A chat session whose inspector connection is closed after the test."""
-    tools = ToolSession()
-    yield tools
-    await tools.stop()
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ from tests.live_sockets import session_cookie, ws_connect, ws_receive_run, ws_se
 from tests.openai_peer import USAGE, Reply, call, error, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm
+from tests.turns.reading import next_frame
 
 WAIT = 30.0
 PER_SURFACE = 6
@@ -293,15 +294,6 @@ async def test_a_turn_stopped_while_it_reserves_leaves_nothing_held(use_llm, pla
     assert not await BudgetReservation.objects.aexists()
     await usage.arefresh_from_db()
     assert (usage.spent_tokens, usage.calls) == (0, 1)
-
-
-async def next_frame(layer: Any, channel: str, wanted: Any) -> dict[str, Any]:
-    async with asyncio.timeout(5):
-        while True:
-            for text_ in (await layer.receive(channel))["texts"]:
-                frame = json.loads(text_)
-                if wanted(frame):
-                    return frame
 
 
 @pytest.mark.django_db(transaction=True)

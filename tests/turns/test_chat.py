@@ -20,15 +20,9 @@ from assistant.turns.planners.keywords import reply_text
 from assistant.turns.runs import run_started_turn, run_turn
 from assistant.turns.turn import TURN_FAILED, Turn, short_title
 from tests.testapp.models import Order
+from tests.turns.reading import stored
 
 pytestmark = pytest.mark.django_db
-
-
-def stored(conversation):
-    return [
-        (message.role, message.text, message.status)
-        for message in conversation.messages.order_by("created_at", "id")
-    ]
 
 
 def test_a_turn_stores_the_question_then_the_answer(reader):

@@ -40,8 +40,8 @@ from tests.openai_peer import openai_peer as openai_peer  # the fixture
 from tests.processes import ROOT, database_url, free_port, wait_until_listening
 from tests.sockets import kind, kinds, receive, request_cancel_order
 from tests.sockets import send as socket_send
-from tests.stream.test_channel_layers import forget_event_logs
 from tests.testapp.models import Order
+from tests.uvicorn_servers import forget_event_logs
 
 STALE_AFTER = 2.0  # the servers' TURN_STALE_AFTER (heartbeats every 0.5 s)
 INTERRUPTED_RUN = [

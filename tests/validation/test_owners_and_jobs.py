@@ -26,12 +26,6 @@ TASKS_ADMIN = "/admin/assistant/validationtask/"
 RUNS_ADMIN = "/admin/assistant/validationrun/"
 
 
-@pytest.fixture
-def author(make_user: Callable[..., Any]) -> Any:
-    """May create validation tasks; may view no order globally."""
-    return make_user("author", "assistant.add_validationtask")
-
-
 def seen(run: ValidationRun) -> set[str]:
     """The records a run's findings name."""
     return {target for _, target, _, _ in findings(run) if target}

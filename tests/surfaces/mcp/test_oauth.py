@@ -41,11 +41,11 @@ from oauth2_provider.models import get_access_token_model, get_application_model
 from assistant.checks import check_oauth
 from assistant.dispatch.catalog import visible_tools
 from assistant.models import AuditEntry
+from tests.oauth_tokens import REDIRECT_URI, issue_token
 from tests.testapp.models import Order
 
 AccessToken = get_access_token_model()
 Application = get_application_model()
-REDIRECT_URI = "http://localhost:3030/callback"  # never requested: the test takes the code itself
 METADATA_PATH = "/assistant/mcp/.well-known/oauth-protected-resource"
 
 
@@ -130,27 +130,6 @@ def provider_for(url: str, browser: SignedInBrowser) -> Any:
         redirect_handler=browser.redirect_handler,
         callback_handler=browser.callback_handler,
     )
-
-
-def issue_token(user: Any, *, resource: list[str], scope: str = "assistant", **fields: Any) -> str:
-    """An access token as django-oauth-toolkit stores one (the flow's result, without the flow)."""
-    application = Application.objects.create(
-        name="Prepared client",
-        client_type=Application.CLIENT_PUBLIC,
-        authorization_grant_type=Application.GRANT_AUTHORIZATION_CODE,
-        redirect_uris=REDIRECT_URI,
-    )
-    key = f"oauth-test-{user.pk}-{AccessToken.objects.count()}-{scope}"
-    AccessToken.objects.create(
-        user=user,
-        application=application,
-        token=key,
-        scope=scope,
-        resource=resource,
-        expires=fields.pop("expires", timezone.now() + timedelta(hours=1)),
-        **fields,
-    )
-    return key
 
 
 async def list_and_call(url: str, key: str, operation: str, arguments: dict[str, Any]) -> Any:

@@ -14,20 +14,15 @@ import pytest
 from asgiref.sync import sync_to_async
 from mcp import Client, StdioServerParameters
 
-from assistant.access import tokens
 from assistant.dispatch.confirmation import confirm_action
 from assistant.models import AuditEntry, PendingAction
-from tests.mcp_clients import MODES, mcp_client, server_processes
+from tests.mcp_clients import MODES, issue, mcp_client, server_processes
 from tests.processes import ROOT, database_url
 from tests.testapp.models import Order
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 APPROVED = types.ElicitResult(action="accept", content={"approved": True})
-
-
-async def issue(user: Any, name: str = "laptop") -> str:
-    return (await sync_to_async(tokens.issue)(user, name=name))[1]
 
 
 @pytest.mark.parametrize("server", ["daphne", "uvicorn"])

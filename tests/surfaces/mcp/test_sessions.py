@@ -7,20 +7,13 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 import pytest
-from asgiref.sync import sync_to_async
 from mcp.shared.exceptions import MCPError
 
-from assistant.access import tokens
-from tests.mcp_clients import mcp_client
+from tests.mcp_clients import issue, mcp_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 GONE = "Session not found"  # the SDK's answer (404) to an id it no longer knows
-
-
-async def issue(user: Any, name: str) -> str:
-    _, secret = await sync_to_async(tokens.issue)(user, name=name)
-    return secret
 
 
 @pytest.fixture

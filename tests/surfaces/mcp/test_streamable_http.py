@@ -14,21 +14,13 @@ from django.test import Client as DjangoClient
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
-from assistant.access import tokens
 from assistant.dispatch.catalog import get_catalog
 from assistant.models import AuditEntry, PendingAction
-from tests.mcp_clients import MODES, PATH, mcp_client
+from tests.mcp_clients import MODES, PATH, issue, mcp_client
 from tests.race_jobs import workers as workers  # a fixture
 from tests.testapp.models import Order
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-async def issue(user: Any, **options: Any) -> str:
-    _, secret = await sync_to_async(tokens.issue)(
-        user, name=options.pop("name", "laptop"), **options
-    )
-    return secret
 
 
 def approve_form(answer: bool = True) -> Any:

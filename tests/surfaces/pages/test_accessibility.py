@@ -11,12 +11,11 @@ from playwright.sync_api import Page, expect
 
 from assistant.models import AuditEntry, Conversation, Message, PendingAction
 from tests.axe import assert_accessible
-from tests.browsing import ARTIFACTS, send
+from tests.browsing import ARTIFACTS, PHONE, send
 from tests.testapp.models import Order
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-PHONE = {"width": 390, "height": 844}
 Scheme = Literal["light", "dark"]
 SCHEMES: list[Scheme] = ["light", "dark"]
 

@@ -12,12 +12,10 @@ from playwright.sync_api import Page, expect
 
 from assistant.models import AuditEntry, Conversation, Message, PendingAction
 from tests.approving import CHANGES
-from tests.browsing import ARTIFACTS, RECORD_VIOLATIONS, record_frames
+from tests.browsing import ARTIFACTS, PHONE, RECORD_VIOLATIONS, go, record_frames
 from tests.testapp.models import Order
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-PHONE = {"width": 390, "height": 844}
 
 
 def screenshot(page: Page, name: str) -> None:
@@ -30,11 +28,6 @@ def ask(user: Any, order: Order, chat: Conversation | None, **fields: Any) -> Pe
     return PendingAction.open(
         user=user, entities={"order_id": order.pk}, conversation=chat, **fields
     )
-
-
-def go(page: Page, url: str) -> None:
-    page.goto(url)
-    expect(page.locator("#status")).to_have_text("connected")
 
 
 def hold(page: Page, button: Any, ms: int) -> None:

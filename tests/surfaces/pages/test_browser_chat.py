@@ -9,12 +9,10 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from assistant.models import AuditEntry, Message
-from tests.browsing import ARTIFACTS, approve, record_frames, send
+from tests.browsing import ARTIFACTS, PHONE, approve, record_frames, send, tool_card
 from tests.testapp.models import Order
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-PHONE = {"width": 390, "height": 844}
 
 
 def screenshot(page: Page, name: str) -> None:
@@ -28,10 +26,6 @@ def conversation_in_url(page: Page) -> str:
 
 def assistant_bubbles(page: Page) -> Any:
     return page.locator("#messages .bubble.assistant")
-
-
-def tool_card(page: Page, operation: str) -> Any:
-    return page.locator(f'details.tool[data-operation="{operation}"]')
 
 
 def test_a_reply_streams_in_with_its_tool_card(

@@ -9,12 +9,11 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from assistant.models import Conversation, PendingAction
-from tests.browsing import ARTIFACTS, send
+from tests.browsing import ARTIFACTS, PHONE, go, send
 from tests.testapp.models import Order
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-PHONE = {"width": 390, "height": 844}
 WIDTHS = (390, 768, 1280)
 # nine columns of a report, as a tool's data (the shape of an SQL result)
 WIDE = {
@@ -61,11 +60,6 @@ def show_wide_result(page: Page) -> None:
 def no_sideways_scroll(page: Page, width: int) -> None:
     assert page.evaluate("document.documentElement.scrollWidth") <= width
     expect(page.get_by_role("button", name="Send")).to_be_in_viewport(ratio=1)
-
-
-def go(page: Page, url: str) -> None:
-    page.goto(url)
-    expect(page.locator("#status")).to_have_text("connected")
 
 
 def ask(user: Any, chat: Conversation, preview: dict[str, Any], summary: str) -> PendingAction:

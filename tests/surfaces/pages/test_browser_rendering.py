@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browsing import ARTIFACTS, send
+from tests.browsing import ARTIFACTS, send, tool_card
 from tests.openai_peer import call, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm
@@ -41,10 +41,6 @@ def screenshot(page: Page, name: str) -> None:
 
 def reply(page: Page) -> Any:
     return page.locator("#messages .bubble.assistant").last
-
-
-def tool_card(page: Page, operation: str) -> Any:
-    return page.locator(f'details.tool[data-operation="{operation}"]')
 
 
 def test_a_reply_renders_as_markdown_and_its_code_block_copies(

@@ -20,11 +20,6 @@ FORM = "application/x-www-form-urlencoded"
 
 
 @pytest.fixture
-def order(db: Any) -> Order:
-    return Order.objects.create(reference="ORD-1")
-
-
-@pytest.fixture
 def asked(settings: Any, clerk: Any, order: Order) -> PendingAction:
     """The clerk's approve_order, waiting under confirm_with_reason."""
     policies(settings, guarded="confirm_with_reason")

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import pytest
 from guardian.shortcuts import assign_perm
 from rest_framework.test import APIClient
@@ -16,12 +13,6 @@ from tests.validations import findings, refetch, task_for
 from tests.validations import orders as orders  # a fixture
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def author(make_user: Callable[..., Any]) -> Any:
-    """May create validation tasks."""
-    return make_user("author", "assistant.add_validationtask")
 
 
 def test_creating_a_task_needs_the_add_permission(plain_user):

@@ -20,18 +20,16 @@ from assistant.models import AuditEntry, Conversation, Job, PendingAction
 from assistant.stream.broadcast import group_name
 from assistant.turns.planners.llm import FALLBACK_NOTICE, RESULT_LIMIT
 from assistant.turns.runs import arun_turn, run_turn
+from tests.audit_trail import audited
 from tests.openai_peer import call, closed_port_url, error, stall, text, tool_calls, trickle
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm
 from tests.testapp.models import Order
+from tests.turns.reading import fed_back, next_frame, of_type, stored
 
 pytestmark = pytest.mark.django_db
 
 SECRET = "hunter2-correct-horse"
-
-
-def of_type(turn, kind):
-    return [frame for frame in turn.frames if frame["type"] == kind]
 
 
 def said(turn):
@@ -40,28 +38,8 @@ def said(turn):
     return [f["delta"] for f in of_type(turn, "TEXT_MESSAGE_CONTENT") if f["messageId"] == reply]
 
 
-def stored(conversation):
-    return [
-        (message.role, message.text, message.status)
-        for message in conversation.messages.order_by("created_at", "id")
-    ]
-
-
 def tool_names(request):
     return [tool["function"]["name"] for tool in request.get("tools", [])]
-
-
-def fed_back(request):
-    """The tool messages of a request, their content decoded."""
-    return [
-        (message["tool_call_id"], json.loads(message["content"]))
-        for message in request["messages"]
-        if message["role"] == "tool"
-    ]
-
-
-def audited():
-    return list(AuditEntry.objects.order_by("id").values_list("operation", "decision", "source"))
 
 
 # Streaming and what the model is sent
@@ -542,16 +520,6 @@ def test_an_http_error_also_falls_back_when_configured(use_llm, plain_user):
 
 
 # Cancellation
-
-
-async def next_frame(layer, channel, wanted):
-    """The first frame sent to ``channel`` that ``wanted`` accepts (within five seconds)."""
-    async with asyncio.timeout(5):
-        while True:
-            for text in (await layer.receive(channel))["texts"]:
-                frame = json.loads(text)
-                if wanted(frame):
-                    return frame
 
 
 @pytest.mark.django_db(transaction=True)

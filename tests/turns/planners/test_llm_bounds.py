@@ -27,28 +27,15 @@ from assistant.turns.runs import arun_turn, run_turn
 from tests.openai_peer import call, endless, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm
-from tests.turns.planners.test_llm import next_frame
+from tests.turns.reading import fed_back, next_frame, of_type
 
 pytestmark = pytest.mark.django_db
 
 HUGE = 30 * 1024 * 1024  # bytes: the argument a hostile model sent
 
 
-def of_type(turn, kind):
-    return [frame for frame in turn.frames if frame["type"] == kind]
-
-
 def audited():
     return list(AuditEntry.objects.order_by("id").values_list("operation", "decision"))
-
-
-def fed_back(request):
-    """The tool messages of a request, their content decoded."""
-    return [
-        (message["tool_call_id"], json.loads(message["content"]))
-        for message in request["messages"]
-        if message["role"] == "tool"
-    ]
 
 
 def size(value) -> int:
@@ -221,8 +208,7 @@ def test_a_rest_dispatch_over_the_argument_cap_is_a_clear_400(plain_user, settin
 async def test_an_mcp_call_over_the_argument_cap_is_an_error_result_and_stores_no_blob(
     asgi_live_server, reader, settings
 ):
-    from tests.mcp_clients import mcp_client
-    from tests.surfaces.mcp.test_streamable_http import issue
+    from tests.mcp_clients import issue, mcp_client
 
     settings.ASSISTANT = {**settings.ASSISTANT, "MAX_TOOL_ARGUMENT_BYTES": 1_000}
     async with mcp_client(asgi_live_server, await issue(reader), "2026-07-28") as client:

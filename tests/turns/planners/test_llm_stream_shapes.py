@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from assistant.models import AuditEntry
 from assistant.turns.runs import run_turn
+from tests.audit_trail import audited
 from tests.openai_peer import call, raw, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm
@@ -21,10 +21,6 @@ pytestmark = pytest.mark.django_db
 
 CALL_SHAPES = [name for name, make in SHAPES.items() if make().calls]
 TEXT_SHAPES = [name for name, make in SHAPES.items() if not make().calls]
-
-
-def audited() -> list[tuple[str, str, str]]:
-    return list(AuditEntry.objects.order_by("id").values_list("operation", "decision", "source"))
 
 
 def proposed(request: dict[str, Any]) -> list[dict[str, Any]]:
