@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -91,3 +92,12 @@ def go(page: Page, url: str) -> None:
 
 def tool_card(page: Page, operation: str) -> Any:
     return page.locator(f'details.tool[data-operation="{operation}"]')
+
+
+def screenshots(prefix: str) -> Callable[[Page, str], None]:
+    """``screenshot(page, name)``: the whole page saved as ``ARTIFACTS/{prefix}{name}.png``."""
+
+    def screenshot(page: Page, name: str) -> None:
+        page.screenshot(path=str(ARTIFACTS / f"{prefix}{name}.png"), full_page=True)
+
+    return screenshot

@@ -9,14 +9,13 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from assistant.models import AuditEntry, PendingAction
-from tests.browsing import ARTIFACTS, approve, send, signed_in_context
+from tests.browsing import approve, screenshots, send, signed_in_context
 from tests.testapp.models import Order
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def screenshot(page: Page, name: str) -> None:
-    page.screenshot(path=str(ARTIFACTS / f"two-person-{name}.png"), full_page=True)
+screenshot = screenshots("two-person-")
 
 
 def chat_page(browser: Browser, server: str, user: Any) -> Page:

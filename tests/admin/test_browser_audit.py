@@ -10,7 +10,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from assistant.dispatch.door import dispatch
 from tests.admin.pages import SECRET
-from tests.browsing import ARTIFACTS, WAIT
+from tests.browsing import ARTIFACTS, WAIT, screenshots
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -42,8 +42,7 @@ def history(make_user: Callable[..., Any]) -> None:
     dispatch("store_secret", {"label": "wifi", "secret": SECRET}, user=keeper, source="cli")
 
 
-def screenshot(page: Page, name: str) -> None:
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+screenshot = screenshots("")
 
 
 def test_staff_log_in_filter_the_audit_by_decision_and_open_an_entry(

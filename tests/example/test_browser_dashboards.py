@@ -12,15 +12,14 @@ from playwright.sync_api import Page, expect
 
 from assistant.models import AuditEntry, Job, ValidationRun
 from dashboards.models import Backup
-from tests.browsing import ARTIFACTS, approve, send
+from tests.browsing import approve, screenshots, send
 from tests.example.dashboard_pages import DESKTOP, idle, reply, tool_card
 from tests.example.dashboards_world import World
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def screenshot(page: Page, name: str) -> None:
-    page.screenshot(path=str(ARTIFACTS / f"dashboards-{name}.png"), full_page=True)
+screenshot = screenshots("dashboards-")
 
 
 def job_card(page: Page, job: Job) -> Any:

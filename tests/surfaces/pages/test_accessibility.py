@@ -11,7 +11,7 @@ from playwright.sync_api import Page, expect
 
 from assistant.models import AuditEntry, Conversation, Message, PendingAction
 from tests.axe import assert_accessible
-from tests.browsing import ARTIFACTS, PHONE, send
+from tests.browsing import PHONE, screenshots, send
 from tests.testapp.models import Order
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -20,8 +20,7 @@ Scheme = Literal["light", "dark"]
 SCHEMES: list[Scheme] = ["light", "dark"]
 
 
-def screenshot(page: Page, name: str) -> None:
-    page.screenshot(path=str(ARTIFACTS / f"a11y-{name}.png"), full_page=True)
+screenshot = screenshots("a11y-")
 
 
 def chat(open_chat: Callable[..., Page], user: Any, scheme: Scheme, **options: Any) -> Page:

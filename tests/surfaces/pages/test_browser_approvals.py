@@ -12,14 +12,13 @@ from playwright.sync_api import Page, expect
 
 from assistant.models import AuditEntry, Conversation, Message, PendingAction
 from tests.approving import CHANGES
-from tests.browsing import ARTIFACTS, PHONE, RECORD_VIOLATIONS, go, record_frames
+from tests.browsing import PHONE, RECORD_VIOLATIONS, go, record_frames, screenshots
 from tests.testapp.models import Order
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def screenshot(page: Page, name: str) -> None:
-    page.screenshot(path=str(ARTIFACTS / f"approvals-{name}.png"), full_page=True)
+screenshot = screenshots("approvals-")
 
 
 def ask(user: Any, order: Order, chat: Conversation | None, **fields: Any) -> PendingAction:

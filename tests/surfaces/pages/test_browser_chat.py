@@ -9,14 +9,13 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from assistant.models import AuditEntry, Message
-from tests.browsing import ARTIFACTS, PHONE, approve, record_frames, send, tool_card
+from tests.browsing import PHONE, approve, record_frames, screenshots, send, tool_card
 from tests.testapp.models import Order
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def screenshot(page: Page, name: str) -> None:
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+screenshot = screenshots("")
 
 
 def conversation_in_url(page: Page) -> str:

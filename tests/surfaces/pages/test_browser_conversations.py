@@ -11,13 +11,12 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from assistant.models import AuditEntry, Conversation, Message
-from tests.browsing import ARTIFACTS, send
+from tests.browsing import screenshots, send
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def screenshot(page: Page, name: str) -> None:
-    page.screenshot(path=str(ARTIFACTS / f"conversations-{name}.png"), full_page=True)
+screenshot = screenshots("conversations-")
 
 
 def sidebar(page: Page) -> Any:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browsing import ARTIFACTS, send, tool_card
+from tests.browsing import screenshots, send, tool_card
 from tests.openai_peer import call, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm
@@ -35,8 +35,7 @@ WATCH_FOR_SCRIPTS = "window.__xss = undefined;"
 TALL = {"viewport": {"width": 1100, "height": 1500}}  # the whole conversation in a screenshot
 
 
-def screenshot(page: Page, name: str) -> None:
-    page.screenshot(path=str(ARTIFACTS / f"render-{name}.png"), full_page=True)
+screenshot = screenshots("render-")
 
 
 def reply(page: Page) -> Any:

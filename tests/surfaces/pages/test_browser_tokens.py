@@ -12,15 +12,14 @@ from assistant.access.tokens import Ceiling, authenticate_bearer, issue
 from assistant.core.registry import RiskLevel
 from assistant.models import AccessToken
 from tests.axe import assert_accessible
-from tests.browsing import ARTIFACTS, RECORD_VIOLATIONS
+from tests.browsing import RECORD_VIOLATIONS, screenshots
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 CLIPBOARD = ["clipboard-read", "clipboard-write"]
 
 
-def screenshot(page: Page, name: str) -> None:
-    page.screenshot(path=str(ARTIFACTS / f"tokens-{name}.png"), full_page=True)
+screenshot = screenshots("tokens-")
 
 
 def dialog(page: Page) -> Any:
