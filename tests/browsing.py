@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,7 @@ CHROMIUM_ARGS = [
     "--disable-quic",
 ]
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "browser"
+PHONE = {"width": 390, "height": 844}  # a phone's viewport
 WAIT = 10_000  # ms: the longest any step may take before the test fails
 # an init script: what the page's Content-Security-Policy refused lands in window.__violations
 RECORD_VIOLATIONS = """
@@ -78,3 +80,24 @@ def signed_in_context(browser: Browser, server: str, user: Any, **options: Any) 
     cookie = {"name": "sessionid", "value": client.cookies["sessionid"].value, "url": server}
     context.add_cookies([cookie])
     return context
+
+
+def go(page: Page, url: str) -> None:
+    """Open the chat page at ``url`` and wait until its socket is connected."""
+    from playwright.sync_api import expect
+
+    page.goto(url)
+    expect(page.locator("#status")).to_have_text("connected")
+
+
+def tool_card(page: Page, operation: str) -> Any:
+    return page.locator(f'details.tool[data-operation="{operation}"]')
+
+
+def screenshots(prefix: str) -> Callable[[Page, str], None]:
+    """``screenshot(page, name)``: the whole page saved as ``ARTIFACTS/{prefix}{name}.png``."""
+
+    def screenshot(page: Page, name: str) -> None:
+        page.screenshot(path=str(ARTIFACTS / f"{prefix}{name}.png"), full_page=True)
+
+    return screenshot

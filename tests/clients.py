@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.test import Client
@@ -37,3 +38,25 @@ def dispatch_call(client: Any, operation: str, **entities: Any) -> Any:
 
 def operations(tools: list[dict[str, Any]]) -> list[str]:
     return sorted(tool["operation"] for tool in tools)
+
+
+def raw_json(payload: Any) -> str:
+    # 1e400 is how a JSON client writes an overflowing float; Python has no literal for it.
+    return json.dumps(payload, allow_nan=True).replace("Infinity", "1e400")
+
+
+def post_raw(user: Any, path: str, payload: Any) -> Any:
+    client = APIClient()
+    client.force_login(user)
+    return client.post(f"{API}/{path}/", raw_json(payload), content_type="application/json")
+
+
+def start_conversation(client: APIClient, *messages: str) -> str:
+    conversation = None
+    for text in messages:
+        body = client.post(
+            f"{API}/messages/", {"message": text, "conversation": conversation}, format="json"
+        ).json()
+        conversation = body["conversation"]
+    assert conversation is not None
+    return conversation

@@ -14,11 +14,13 @@ from django.db import connection, connections
 from django.utils import translation
 
 from assistant.access.permissions import access_changed
+from assistant.core.lifecycle import ToolSession
 from assistant.turns.lanes import RUNNING
 from assistant.turns.threads import close_turn_connections
-from tests import sockets
+from tests import agui_clients, sockets
 from tests.channel_layers import REDIS_CHANNEL_LAYERS
 from tests.channel_layers import redis_channel_layer as redis_channel_layer_config
+from tests.testapp.models import Order
 
 REQUIRE_SERVICES = os.environ.get("ASSISTANT_REQUIRE_SERVICES") == "1"
 
@@ -169,6 +171,31 @@ def diagnostician(make_user: Callable[..., Any]) -> Any:
     return make_user("diagnostician", "assistant.diagnostics_run")
 
 
+@pytest.fixture
+def keeper(make_user: Callable[..., Any]) -> Any:
+    """May store secrets."""
+    return make_user("keeper", "assistant.vault_write")
+
+
+@pytest.fixture
+def author(make_user: Callable[..., Any]) -> Any:
+    """May create validation tasks."""
+    return make_user("author", "assistant.add_validationtask")
+
+
+@pytest.fixture
+def order(db: None) -> Order:
+    return Order.objects.create(reference="ORD-1")
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[ToolSession]:
+    """A chat session's toolsets, stopped after the test (connections closed, tasks ended)."""
+    tools = ToolSession()
+    yield tools
+    await tools.stop()
+
+
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
@@ -241,6 +268,12 @@ def asgi_live_server(transactional_db: None) -> Any:
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     thread.join(timeout=10)
+
+
+@pytest.fixture
+def agent(asgi_live_server: str) -> Callable[[Any], agui_clients.Agent]:
+    """``agent(user)``: that user's AG-UI client against the live server."""
+    return lambda user: agui_clients.Agent(asgi_live_server, user)
 
 
 @pytest.fixture

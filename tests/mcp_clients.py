@@ -13,14 +13,30 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+from asgiref.sync import sync_to_async
+from hypothesis import strategies as st
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.race_jobs import database_url
-from tests.test_channel_layers import ROOT, free_port, wait_until_listening
+from assistant.access import tokens
+from tests.processes import ROOT, database_url, free_port, wait_until_listening
 
 MODES = ["legacy", "2026-07-28"]  # the 2025-11-25 handshake, and the stateless revision
 PATH = "/assistant/mcp/"
+# Hypothesis: examples per fuzzed property, and any JSON value
+EXAMPLES = int(os.environ.get("ASSISTANT_FUZZ_EXAMPLES", "40"))
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+MODERN = {
+    "Accept": "application/json, text/event-stream",
+    "MCP-Protocol-Version": "2026-07-28",
+}
 
 
 def mcp_client(base_url: str, secret: str | None, mode: str = "legacy", **options: Any) -> Client:
@@ -144,3 +160,19 @@ def server_processes(
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(timeout=10)
+
+
+def envelope(method: str, params: Any) -> dict[str, Any]:
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    if isinstance(params, dict):
+        params = {**params, "_meta": meta}
+    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+
+
+async def issue(user: Any, name: str = "laptop", **options: Any) -> str:
+    """A personal access token's secret for ``user`` (``options`` bound it, as ``tokens.issue``)."""
+    _, secret = await sync_to_async(tokens.issue)(user, name=name, **options)
+    return secret

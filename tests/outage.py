@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_channel_layers import free_port
-
-REQUIRE_SERVICES = os.environ.get("ASSISTANT_REQUIRE_SERVICES") == "1"
+from tests.conftest import REQUIRE_SERVICES
+from tests.processes import free_port
 
 
 def postgres_bin() -> Path | None:

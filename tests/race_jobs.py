@@ -10,9 +10,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from io import StringIO
-from pathlib import Path
 from typing import IO, Any
-from urllib.parse import quote
 
 import pytest
 from django.core.management import call_command
@@ -20,9 +18,10 @@ from django.core.management import call_command
 from assistant.dispatch.door import dispatch
 from assistant.jobs import JobContext
 from assistant.models import Conversation, Job, Message
+from tests.processes import ROOT, database_url
 from tests.testapp.models import Order
 
-ROOT = Path(__file__).resolve().parent.parent
+WORKER_STARTS = 30  # seconds a db_worker process may take to start and run what is asked
 DATABASE_BACKEND = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 
 
@@ -31,17 +30,6 @@ def record_run(job: JobContext, seconds: float = 0.0) -> str:
     time.sleep(seconds)
     Order.objects.create(reference=f"job-{job.id}", approvals=os.getpid())
     return f"ran in {os.getpid()}"
-
-
-def database_url() -> str:
-    """The test database (the test one, once it is set up) as a URL a subprocess can use."""
-    from django.db import connection
-
-    db = connection.settings_dict
-    if db["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{db['NAME']}"
-    credentials = quote(db["USER"] or "") + (f":{quote(db['PASSWORD'])}" if db["PASSWORD"] else "")
-    return f"postgres://{credentials}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
 
 
 class Workers:

@@ -32,7 +32,7 @@ INSTALLED_APPS = [
     "tests.testapp",
 ]
 if importlib.util.find_spec("oauth2_provider") is not None:
-    # the [oauth] extra: the MCP endpoint as an OAuth 2.1 resource server (tests/test_mcp_oauth.py)
+    # the [oauth] extra: the MCP endpoint as an OAuth 2.1 resource server (tests/surfaces/mcp/test_oauth.py)
     INSTALLED_APPS.append("oauth2_provider")
 if django.VERSION < (6, 0):
     # Django 5.2: Tasks come from the django-tasks backport (the [django52] extra)
@@ -112,7 +112,7 @@ ASSISTANT = {
     "RESOURCES": {"orders": "testapp.Order"},
     "THROTTLE_RATE": "10000/min",
     # No heartbeat thread in the test process (it would write between tests); the server
-    # processes of tests/test_turn_interruption.py beat (tests/crash_settings.py).
+    # processes of tests/turns/test_turn_interruption.py beat (tests/crash_settings.py).
     "TURN_HEARTBEAT": None,
 }
 LOGGING = {

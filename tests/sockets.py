@@ -9,8 +9,10 @@ from typing import Any
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 
+from assistant.models import Message
 from assistant.turns.lanes import RUNNING
 from tests.asgi import application
+from tests.testapp.models import Order
 
 WAIT = 5.0  # seconds any single frame may take to arrive
 ORIGIN = (b"origin", b"http://127.0.0.1")
@@ -104,3 +106,41 @@ def count_group_sends(monkeypatch: Any) -> list[int]:
 
     monkeypatch.setattr(layer, "group_send", counted)
     return carried
+
+
+# One turn that runs a safe tool, as a client sees it.
+PING_RUN = [
+    "RUN_STARTED",
+    "TEXT_MESSAGE_START user",
+    "TEXT_MESSAGE_CONTENT",
+    "TEXT_MESSAGE_END",
+    "TOOL_CALL_START ping",
+    "TOOL_CALL_ARGS",
+    "TOOL_CALL_END",
+    "TOOL_CALL_RESULT",
+    "CUSTOM assistant.outcome",
+    "TEXT_MESSAGE_START assistant",
+    "TEXT_MESSAGE_CONTENT",
+    "TEXT_MESSAGE_END",
+    "RUN_FINISHED",
+]
+
+
+def stored(conversation_id: str) -> list[Message]:
+    return list(
+        Message.objects.filter(conversation_id=conversation_id).order_by("created_at", "id")
+    )
+
+
+async def request_cancel_order(socket: Socket, order: Order) -> list[dict[str, Any]]:
+    await send(socket, type="message", text=f"cancel order {order.pk}")
+    return await receive_run(socket)
+
+
+def outcomes(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The recorded outcome of each tool call in a run."""
+    return [
+        frame["value"]
+        for frame in frames
+        if frame["type"] == "CUSTOM" and frame["name"] == "assistant.outcome"
+    ]

@@ -74,7 +74,7 @@ def test_every_app_the_tutorial_installs_comes_with_the_wheel_or_django(
     # fresh `pip install` would lack is found here, from the declared requirements.
     from importlib.metadata import packages_distributions
 
-    from tests.test_startproject import tutorial_block
+    from tests.tutorial import tutorial_block
 
     apps = re.findall(r'^\s*"([\w.]+)",', tutorial_block("settings"), re.MULTILINE)
     declared = {re.split(r"[<>=\[ ;]", r)[0].lower() for r in metadata.get_all("Requires-Dist")}

@@ -49,11 +49,6 @@ def hear() -> Iterator[Any]:
         signal.disconnect(receiver)
 
 
-@pytest.fixture
-def order(db: None) -> Order:
-    return Order.objects.create(reference="ORD-1")
-
-
 def request_approval(user: Any, order: Order) -> PendingAction:
     outcome = dispatch("approve_order", {"order_id": order.pk}, user=user)
     assert outcome.decision == "confirmation_requested"

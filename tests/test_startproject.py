@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import socket
 import subprocess
 import time
@@ -26,22 +25,12 @@ from typing import Any
 import pytest
 from websockets.asyncio.client import connect
 
-from tests.wheel import REPO, InstalledWheel, clean_environment, installed_wheel
+from tests.processes import free_port
+from tests.tutorial import tutorial_block
+from tests.wheel import InstalledWheel, clean_environment, installed_wheel
 
 PASSWORD = "a-long-enough-password"
 DAPHNE_APPLICATION = ("-b", "127.0.0.1", "mysite.asgi:application")
-
-
-def tutorial_block(name: str, page: str = "tutorial.md") -> str:
-    """The code block between ``<!-- startproject:NAME -->`` and its closing marker."""
-    tutorial = (REPO / "docs" / page).read_text()
-    section = re.search(
-        rf"<!-- startproject:{name} -->\s*```python\n(.*?)```\s*<!-- /startproject:{name} -->",
-        tutorial,
-        re.DOTALL,
-    )
-    assert section, f"docs/{page} has no startproject:{name} block"
-    return section.group(1)
 
 
 @dataclass
@@ -79,12 +68,6 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
         f"get_user_model().objects.create_user('alice', password='{PASSWORD}')",
     )
     return project
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

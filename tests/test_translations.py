@@ -18,10 +18,9 @@ from django.test import Client
 from assistant.models import Conversation
 from tests.asgi import application
 from tests.browsing import ARTIFACTS, signed_in_context
-from tests.clients import API, client_for
+from tests.clients import API, client_for, start_conversation
 from tests.conftest import REQUIRE_SERVICES
 from tests.sockets import ORIGIN, PATH, WAIT, receive, receive_run, send
-from tests.test_api_conversations import start_conversation
 
 REPO = Path(__file__).resolve().parent.parent
 APP = REPO / "assistant"

@@ -30,12 +30,6 @@ def helpdesk(make_user: Callable[..., Any]) -> Any:
 
 
 @pytest.fixture
-def keeper(make_user: Callable[..., Any]) -> Any:
-    """May store secrets."""
-    return make_user("keeper", "assistant.vault_write")
-
-
-@pytest.fixture
 def admin_client(superuser: Any) -> Client:
     return client_for(superuser, Client)
 

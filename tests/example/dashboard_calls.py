@@ -1,5 +1,5 @@
-"""What the dashboards tests share: REST calls as a user, the audit's decisions, everything a tool
-could change, and the jobs' progress."""
+"""What the dashboards tests share: REST calls as a user, everything a tool could change, and the
+jobs' progress (the audit's decisions are tests.audit_trail's)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from assistant.models import AuditEntry, Job
+from assistant.models import Job
 from dashboards import repository
 from dashboards.models import Backup, Dashboard
 
@@ -57,14 +57,6 @@ def confirm(user: Any, response: Any) -> Any:
 def reject(user: Any, response: Any) -> Any:
     assert response.status_code == 202, response.json()
     return client_for(user).post(f"{API}/actions/{response.json()['pending_action']['id']}/cancel/")
-
-
-def decisions(operation: str) -> list[str]:
-    return list(
-        AuditEntry.objects.filter(operation=operation)
-        .order_by("pk")
-        .values_list("decision", flat=True)
-    )
 
 
 def state() -> dict[str, Any]:

@@ -10,15 +10,14 @@ from playwright.sync_api import Page, expect
 
 from assistant.models import AuditEntry, Job, PendingAction
 from dashboards.models import Dashboard
-from tests.browsing import ARTIFACTS, send
+from tests.browsing import screenshots, send
+from tests.example.dashboard_pages import DESKTOP, idle, reply, tool_card
 from tests.example.dashboards_world import World
-from tests.example.test_browser_dashboards import DESKTOP, idle, reply, tool_card
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def screenshot(page: Page, name: str) -> None:
-    page.screenshot(path=str(ARTIFACTS / f"approval-flows-{name}.png"), full_page=True)
+screenshot = screenshots("approval-flows-")
 
 
 def test_a_deploy_is_prepared_then_asked_and_runs_once_its_name_is_typed(

@@ -12,34 +12,18 @@ from playwright.sync_api import Page, expect
 
 from assistant.models import AuditEntry, Job, ValidationRun
 from dashboards.models import Backup
-from tests.browsing import ARTIFACTS, approve, send
+from tests.browsing import approve, screenshots, send
+from tests.example.dashboard_pages import DESKTOP, idle, reply, tool_card
 from tests.example.dashboards_world import World
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-DESKTOP = {"viewport": {"width": 1100, "height": 900}}
-
-
-def screenshot(page: Page, name: str) -> None:
-    page.screenshot(path=str(ARTIFACTS / f"dashboards-{name}.png"), full_page=True)
-
-
-def reply(page: Page, text: str) -> Any:
-    """The assistant's message holding this text (job completions arrive as messages too)."""
-    return page.locator("#messages .bubble.assistant .text").filter(has_text=text)
-
-
-def tool_card(page: Page, operation: str) -> Any:
-    return page.locator(f'details.tool[data-operation="{operation}"]').last
+screenshot = screenshots("dashboards-")
 
 
 def job_card(page: Page, job: Job) -> Any:
     return page.locator(f"#j-{job.pk}")
-
-
-def idle(page: Page) -> None:
-    expect(page.get_by_role("button", name="Send")).to_be_visible()
 
 
 def test_an_admins_session_on_the_dashboards(

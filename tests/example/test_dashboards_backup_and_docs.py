@@ -19,14 +19,8 @@ from guardian.shortcuts import assign_perm
 
 from assistant.models import Job
 from dashboards.models import Backup, Dashboard
-from tests.example.dashboard_calls import (
-    REFUSED,
-    assert_progressed,
-    decisions,
-    dispatch,
-    job_of,
-    state,
-)
+from tests.audit_trail import decisions
+from tests.example.dashboard_calls import REFUSED, assert_progressed, dispatch, job_of, state
 from tests.example.dashboards_world import World
 from tests.openai_peer import error as llm_error
 from tests.openai_peer import openai_peer as openai_peer  # the fixture

@@ -11,11 +11,11 @@ from guardian.shortcuts import assign_perm
 
 from assistant.models import PendingAction
 from dashboards.models import Dashboard
+from tests.audit_trail import decisions
 from tests.example.dashboard_calls import (
     REFUSED,
     assert_progressed,
     confirm,
-    decisions,
     dispatch,
     job_of,
     reject,

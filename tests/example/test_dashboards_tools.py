@@ -13,15 +13,8 @@ from assistant.dispatch.catalog import visible_tools
 from assistant.dispatch.door import dispatch as assistant_dispatch
 from assistant.models import AuditEntry, PendingAction
 from dashboards import repository
-from tests.example.dashboard_calls import (
-    DASHBOARD_TOOLS,
-    REFUSED,
-    confirm,
-    decisions,
-    dispatch,
-    reject,
-    state,
-)
+from tests.audit_trail import decisions
+from tests.example.dashboard_calls import DASHBOARD_TOOLS, REFUSED, confirm, dispatch, reject, state
 from tests.example.dashboards_world import World
 
 pytestmark = pytest.mark.django_db

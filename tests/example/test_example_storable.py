@@ -3,30 +3,16 @@ invalid entities, audited, and nothing changed."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
-from rest_framework.test import APIClient
 
 from assistant.dispatch.door import dispatch
 from assistant.models import AuditEntry
 from dashboards import repository
+from tests.clients import post_raw
 from tests.example.dashboards_world import World
 from tests.example.demo_site import DEMO
-
-API = "/assistant/api"
-
-
-def raw_json(payload: Any) -> str:
-    # 1e400 is how a JSON client writes an overflowing float; Python has no literal for it.
-    return json.dumps(payload, allow_nan=True).replace("Infinity", "1e400")
-
-
-def post_raw(user: Any, path: str, payload: Any) -> Any:
-    client = APIClient()
-    client.force_login(user)
-    return client.post(f"{API}/{path}/", raw_json(payload), content_type="application/json")
 
 
 @pytest.mark.django_db

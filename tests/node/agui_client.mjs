@@ -1,6 +1,6 @@
 // @ag-ui/client's HttpAgent against a live server: a message, an interrupt, resume, abortRun.
 // Env: AGUI_URL (the endpoint), AGUI_TOKEN (a DRF token), AGUI_ORDER (an order to cancel).
-// Prints one JSON report on stdout; tests/test_agui_http.py reads it and checks the database.
+// Prints one JSON report on stdout; tests/surfaces/test_agui_http.py reads it and checks the database.
 import { HttpAgent, randomUUID } from "@ag-ui/client";
 
 const { AGUI_URL: url, AGUI_TOKEN: token, AGUI_ORDER: order } = process.env;
