@@ -1,7 +1,7 @@
 """The reply event vocabulary: AG-UI events as JSON frames.
 
 The events a turn streams are built as plain dicts, spelled as the ag-ui-protocol models encode
-them (tests/test_events.py holds every shape against ``ag_ui.core``); the rarer ones (a
+them (tests/stream/test_events.py holds every shape against ``ag_ui.core``); the rarer ones (a
 snapshot, an interrupted or cancelled run) are built by the models.
 """
 

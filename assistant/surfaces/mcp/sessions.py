@@ -22,7 +22,7 @@ class CappedSessionManager(StreamableHTTPSessionManager):
     least recently used one (an idle one first), whose id then answers the SDK's 404.
 
     It extends the SDK's private admission and discard steps (mcp 2.3): the suite's
-    ``test_mcp_sessions.py`` says when an SDK upgrade moves them.
+    ``tests/surfaces/mcp/test_sessions.py`` says when an SDK upgrade moves them.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
