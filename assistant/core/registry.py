@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
     from .cancellation import CancellationToken
-    from .lifecycle import ToolSession, Toolset
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -79,6 +78,12 @@ PREVIEW_KINDS = frozenset({"changes", "rows", "list", "text"})
 
 # What a call needs of the layers above, as structural types they satisfy (mypy checks it), so
 # that this bottom layer names none of them, not even in annotations.
+class CallSession(Protocol):
+    """The tool session a call runs in, as ``core.lifecycle.ToolSession`` provides it."""
+
+    closed: bool  # its connection has closed (turns may still be finishing)
+
+
 class JobEnqueuer(Protocol):
     """Enqueues long work for the call's user and conversation (``jobs.JobManager``)."""
 
@@ -114,8 +119,10 @@ class ToolCall:
     pending_action: StoredRecord | None = None
     instance: Any = None
     cancel: CancellationToken | None = None
-    toolset: Toolset | Any = None  # the Toolset instance serving a toolset tool
-    session: ToolSession | None = None  # the tool session the call runs in
+    toolset: Any = None  # the Toolset instance serving a toolset tool (``core.lifecycle``)
+    # the tool session the call runs in (a ``core.lifecycle.ToolSession``: named here by its
+    # protocol, so the registry names nothing of the lifecycle, which registers into it)
+    session: CallSession | None = None
     ceiling: TokenCeiling | None = None  # the bearer token's, when one made the call
     jobs: JobEnqueuer  # ``call.jobs.enqueue(func, *args)`` for long work
 

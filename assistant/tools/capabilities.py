@@ -7,6 +7,7 @@ from itertools import groupby
 from django.utils.translation import gettext
 
 from ..access.approvals import policy_for
+from ..core.lifecycle import ToolSession
 from ..core.registry import ToolCall, ToolResult, assistant_tool
 from ..dispatch.catalog import visible_tools
 
@@ -20,8 +21,9 @@ from ..dispatch.catalog import visible_tools
     keywords=["help", "capabilities", "what can you do", "tools"],
 )
 def show_capabilities(call: ToolCall) -> ToolResult:
+    session = call.session if isinstance(call.session, ToolSession) else None
     tools = sorted(
-        visible_tools(call.user, session=call.session, ceiling=call.ceiling),
+        visible_tools(call.user, session=session, ceiling=call.ceiling),
         key=lambda tool: (tool.domain, tool.title),
     )
     lines = [gettext("Here is what I can do for you:")]
