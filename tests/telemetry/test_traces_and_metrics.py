@@ -458,6 +458,10 @@ def test_without_the_extra_the_app_imports_and_runs_a_turn_untraced(tmp_path: Pa
     script.write_text(UNTRACED)
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "PYTHONPATH": os.getcwd()}
     env["OTEL_EXPORTER_OTLP_ENDPOINT"] = "http://127.0.0.1:9"
+    # a database of its own: never the one DATABASE_URL names (it migrates and adds a user)
+    env["DATABASE_URL"] = f"sqlite:///{tmp_path / 'untraced.sqlite3'}"
+    for name in ("REDIS_URL", "ASSISTANT_REQUIRE_SERVICES"):
+        env.pop(name, None)
 
     done = subprocess.run(
         [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=60
