@@ -34,7 +34,7 @@ def test_a_deploy_is_prepared_then_asked_and_runs_once_its_name_is_typed(
     )
     expect(card.locator(".risk")).to_have_text("dangerous")
     expect(card.locator(".requester")).to_have_text("requested by admin")
-    expect(card.locator(".expiry")).to_have_text("expires in 10 min")
+    expect(card.locator(".expiry")).to_have_text("expires in 10 minutes")
     expect(card.locator("table tr")).to_have_text(
         [
             "FieldBeforeAfter",

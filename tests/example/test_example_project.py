@@ -220,7 +220,7 @@ def test_on_sqlite_the_inspector_reads_the_file_and_writes_nothing(
     assert "auth_user" in report["tables"]
     assert "django_session" not in report["tables"]
     header, column, users = report["count"].splitlines()
-    assert (header, column) == ("1 rows:", "users")
+    assert (header, column) == ("1 row:", "users")
     assert int(users) >= len(DEMO_USERS)  # other tests of this module add users of their own
     assert report["program"].startswith(REFUSED)
     assert report["write"].startswith(REFUSED)
@@ -266,7 +266,7 @@ def test_on_postgresql_the_inspector_reads_as_its_role_and_no_more(
     assert {"django_session", "authtoken_token"}.isdisjoint(report["tables"])
     assert "password" not in report["auth_user"]
     header, column, users = report["count"].splitlines()
-    assert (header, column) == ("1 rows:", "users")
+    assert (header, column) == ("1 row:", "users")
     assert int(users) >= len(DEMO_USERS)
     assert report["password"].startswith(REFUSED + "permission denied for table auth_user")
     assert report["program"].startswith(REFUSED)
