@@ -431,7 +431,7 @@ def test_an_http_error_fails_the_turn_with_llm_error(use_llm, plain_user, status
 
 
 def test_a_stalled_endpoint_fails_within_the_timeout_with_llm_unavailable(use_llm, plain_user):
-    use_llm(TIMEOUT=0.5).script(stall())
+    use_llm(STREAM_TIMEOUT=0.5).script(stall())
 
     started = time.monotonic()
     turn = run_turn(plain_user, "hello")
@@ -447,7 +447,7 @@ def test_a_stalled_endpoint_fails_within_the_timeout_with_llm_unavailable(use_ll
 
 
 def test_a_stream_stalled_midway_fails_and_keeps_the_words_so_far(use_llm, plain_user):
-    use_llm(TIMEOUT=0.5).script(text("Let me ", "think", then="stall"))
+    use_llm(STREAM_TIMEOUT=0.5).script(text("Let me ", "think", then="stall"))
 
     started = time.monotonic()
     turn = run_turn(plain_user, "hello")
@@ -460,14 +460,24 @@ def test_a_stream_stalled_midway_fails_and_keeps_the_words_so_far(use_llm, plain
 def test_an_endpoint_that_only_keeps_the_connection_warm_is_bounded_by_the_timeout(
     use_llm, plain_user
 ):
-    # SSE comments every 0.1 s for 4 s, no chunk: TIMEOUT is "for the whole request" (conf.py).
-    use_llm(TIMEOUT=0.5).script(trickle(4.0, "too late"))
+    # SSE comments every 0.1 s for 4 s, no chunk: STREAM_TIMEOUT bounds the wait for a chunk.
+    use_llm(STREAM_TIMEOUT=0.5).script(trickle(4.0, "too late"))
 
     started = time.monotonic()
     turn = run_turn(plain_user, "hello")
 
     assert time.monotonic() - started < 2.5
     assert of_type(turn, "RUN_ERROR")[0]["code"] == "llm_unavailable"
+
+
+def test_a_slow_first_chunk_is_waited_for_up_to_the_stream_timeout(use_llm, plain_user):
+    # a CPU model reading an uncached prompt: silent for longer than it takes to send a request
+    use_llm(TIMEOUT=0.5, STREAM_TIMEOUT=5).script(stall(1.5))
+
+    turn = run_turn(plain_user, "hello")
+
+    assert not of_type(turn, "RUN_ERROR")
+    assert stored(turn.conversation)[-1] == ("assistant", "too late", "complete")
 
 
 def test_no_model_configured_fails_the_turn_without_asking_anyone(use_llm, plain_user):

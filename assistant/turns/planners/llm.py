@@ -279,7 +279,7 @@ async def stream_reply(
     calls = calls if calls is not None else StreamedCalls()
     try:
         stream = await _open_stream(client, config, messages, tools, max_tokens)
-        async for chunk in _bounded(stream, config["TIMEOUT"]):
+        async for chunk in _bounded(stream, config["STREAM_TIMEOUT"]):
             on_usage(chunk.model or config["MODEL"], _usage(chunk))
             # Usage-only and keep-alive chunks have no choices (Azure, Mistral, OpenAI).
             for choice in chunk.choices or ():
