@@ -387,13 +387,13 @@ def test_a_tool_needing_confirmation_ends_the_run_with_an_interrupt(use_llm, cle
 
 def test_max_steps_bounds_the_model_tool_loop(use_llm, plain_user):
     peer = use_llm(MAX_STEPS=2)
-    peer.script(*[tool_calls(call("ping")) for _ in range(3)])
+    peer.script(*[tool_calls(call("apong", {"times": times})) for times in range(3)])
 
-    turn = run_turn(plain_user, "ping forever")
+    turn = run_turn(plain_user, "pong forever")
 
     assert len(peer.requests) == 2
     assert peer.unplayed == 1
-    assert audited() == [("ping", "executed", "rest")] * 2
+    assert audited() == [("apong", "executed", "rest")] * 2
     assert turn.assistant_message.text == "\n\n(I stopped after 2 steps.)"
     assert turn.assistant_message.status == "complete"
 

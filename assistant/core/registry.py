@@ -151,6 +151,9 @@ class AssistantTool:
     # reaches beyond this project (the internet, another system). None: not declared.
     idempotent: bool | None = None
     open_world: bool | None = None
+    # the same call may run twice in one turn: its answer changes while a turn runs (a job's
+    # progress). Otherwise a model's identical second call is answered with the first's result.
+    repeatable: bool = False
 
     @classmethod
     def declare(
@@ -174,6 +177,7 @@ class AssistantTool:
         method: bool = False,
         idempotent: bool | None = None,
         open_world: bool | None = None,
+        repeatable: bool = False,
     ) -> AssistantTool:
         """Build a tool from a declaration, raising ``ToolDefinitionError`` for anything unsafe."""
         if not isinstance(operation, str) or not OPERATION_RE.match(operation):
@@ -198,6 +202,8 @@ class AssistantTool:
             raise fail(f"unknown risk_level {risk_level!r} (choose {choices})") from None
         if risk is RiskLevel.DANGEROUS and not requires_confirmation:
             raise fail("a dangerous tool must set requires_confirmation=True")
+        if repeatable is not False and (repeatable is not True or requires_confirmation):
+            raise fail("repeatable is True or False, and never True where a call is confirmed")
         checks = _normalise_checks(permission_checks, fail)
         if not checks and not public:
             raise fail("declare permission_checks, or public=True for a tool every user may use")
@@ -273,6 +279,7 @@ class AssistantTool:
             prepare_is_async=inspect.iscoroutinefunction(prepare),
             idempotent=idempotent,
             open_world=open_world,
+            repeatable=repeatable,
         )
 
     @property
@@ -471,6 +478,7 @@ def assistant_tool(
     prepare: Callable[..., Any] | None = None,
     idempotent: bool | None = None,
     open_world: bool | None = None,
+    repeatable: bool = False,
     site: ToolRegistry | None = None,
 ) -> Callable[[F], F]:
     """Declare a handler as an assistant tool; registers it and returns the function unchanged."""
@@ -496,6 +504,7 @@ def assistant_tool(
             prepare=prepare,
             idempotent=idempotent,
             open_world=open_world,
+            repeatable=repeatable,
         )
         if not method:  # a Toolset method is registered with its class (@register_toolset)
             (site if site is not None else registry).register(tool)

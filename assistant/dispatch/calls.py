@@ -53,6 +53,7 @@ class CallContext(NamedTuple):
     ceiling: Ceiling | None = None  # a bearer token's: narrower than the user's permissions
     client: str = ""  # who called, for the audit: an MCP client's name and version, a token's name
     credential: Credential | None = None  # a run's: confirmed still to hold before the call
+    arrival: str = ""  # a model's call: "native" (tool_calls) or "text" (written as JSON)
 
     def but(self, **changes: Any) -> CallContext:
         """This context with some fields changed (a child stop token, the action's conversation)."""

@@ -110,6 +110,7 @@ class EvalTurn(Turn):
         announced: bool = False,
         refusal: bool = False,
         reply: Reply | None = None,  # (nothing is stored)
+        arrival: str = "",
     ) -> Outcome:
         outcome = await sync_to_async(judge)(operation, entities, self.user, self.site)
         self.outcomes.append(outcome)

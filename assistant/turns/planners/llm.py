@@ -23,7 +23,9 @@ from ..budgets import areserve_call, check_budget
 from ..turn import CLIENT_TOOL
 from .keywords import KeywordPlanner
 from .llm_bounds import Tally, within_bounds
+from .repeats import CallMemory
 from .streamed_calls import StreamedCalls
+from .text_calls import HeldText, as_intents, as_message
 
 if TYPE_CHECKING:
     from ..turn import Turn
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("assistant.planner.llm")
 RESULT_LIMIT = 4000  # characters of a tool result the model sees; the UI gets everything
 FALLBACK_NOTICE = "The language model is unavailable; I answered with simple keyword matching.\n\n"
+HELD_LIMIT = 64_000  # characters of a reply held as a possible written call; past them, words
 CLIENT_PREFIX = "client__"  # the namespace of an AG-UI client's own tools, as the model sees them
 
 
@@ -173,6 +176,7 @@ class LLMPlanner:
         if turn.user_message is not None:
             messages.append({"role": "user", "content": turn.user_message.text})
         tally = Tally()
+        memory = CallMemory(turn.site)
         for _ in range(config["MAX_STEPS"]):
             calls = await self.step(turn, client, config, messages, tools, tally)
             if not calls:
@@ -186,18 +190,27 @@ class LLMPlanner:
                 if call["name"] in own:  # the client runs it; never dispatched here
                     await turn.propose_client_call(call["id"], own[call["name"]], call["arguments"])
                     continue
-                outcome = await turn.call(call["name"], arguments, tool_call_id=call["id"])
-                messages.append(
-                    {
-                        "role": "tool",
-                        "tool_call_id": call["id"],
-                        "content": result_for_model(outcome),
-                    }
-                )
+                told = await self.run_call(turn, memory, call, arguments)
+                messages.append({"role": "tool", "tool_call_id": call["id"], "content": told})
             await refused.tell(turn, messages)
             if turn.interrupts or turn.client_calls:
                 return  # the run waits for the user's decision, or the client's results
         await turn.say(f"\n\n(I stopped after {config['MAX_STEPS']} steps.)")
+
+    async def run_call(
+        self, turn: Turn, memory: CallMemory, call: dict[str, Any], arguments: Any
+    ) -> str:
+        """Dispatch one call (an identical earlier one's result instead): what the model is told."""
+        earlier = memory.earlier(call["name"], arguments)
+        if earlier is not None:
+            turn.repeats.append(call["name"][:64])
+            return earlier
+        outcome = await turn.call(
+            call["name"], arguments, tool_call_id=call["id"], arrival=call["arrival"]
+        )
+        told = result_for_model(outcome)
+        memory.remember(call["name"], arguments, told)
+        return told
 
     async def step(
         self,
@@ -233,6 +246,7 @@ class LLMPlanner:
             keep=config["MAX_TOOL_CALLS_PER_REPLY"] + 1,
             max_bytes=assistant_settings.MAX_TOOL_ARGUMENT_BYTES,
         )
+        held = HeldText(speak, limit=HELD_LIMIT) if config["TEXT_TOOL_CALLS"] else None
         budget = await areserve_call(turn, messages, tools)  # refused: BudgetExceeded
         turn.publisher.flush()  # (RUN_STARTED and the rest need not wait for the model's words)
         try:
@@ -241,25 +255,36 @@ class LLMPlanner:
                 config,
                 messages,
                 tools,
-                on_text=speak,
+                on_text=speak if held is None else held.hear,
                 on_usage=budget.metered(turn.count_usage),
                 max_tokens=budget.reply_tokens,
                 calls=calls,
             )
+        except Exception:
+            if held is not None:
+                await held.release()  # a reply that failed keeps its words so far
+            raise
         finally:
             turn.end_step()
             await budget.asettle("".join(text))  # what it spent, even failed or stopped
-        ordered = calls.finished(prefix=f"call_{turn.run_id[:8]}_{len(messages)}")
-        tally.asked = len(ordered) + calls.dropped
-        if ordered:
+        prefix = f"call_{turn.run_id[:8]}_{len(messages)}"
+        ordered = calls.finished(prefix=prefix)
+        written = held.calls(turn.offered or ()) if held is not None and not ordered else []
+        if held is not None and not written:
+            await held.release()
+        tally.asked = len(ordered) + calls.dropped + len(written)
+        intents = [call.as_intent() | {"arrival": "native"} for call in ordered]
+        intents += as_intents(written, prefix)
+        if intents:
             messages.append(
                 {
                     "role": "assistant",
                     "content": "".join(text) or None,
-                    "tool_calls": [call.as_message() for call in ordered],
+                    "tool_calls": [call.as_message() for call in ordered]
+                    + [as_message(intent) for intent in intents if intent["arrival"] == "text"],
                 }
             )
-        return [call.as_intent() for call in ordered]
+        return intents
 
 
 async def stream_reply(

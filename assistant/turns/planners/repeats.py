@@ -1,0 +1,46 @@
+"""No identical call twice in a turn: a model's repeat is answered with the first call's result.
+
+Small models re-propose the call they just made after its result comes back; with real tools that
+is a second backup or a second pending action. Within one turn an identical call (same tool, same
+arguments) is never dispatched again unless its tool is declared ``repeatable`` (its answer
+changes while a turn runs, as a job's status does): reads included, since the model already has
+their answer.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ...core.registry import ToolRegistry
+
+NOTE = (
+    "You already made this exact call in this turn; this is its earlier result, it was not run "
+    "again. Do not call it again: answer the user with this result."
+)
+
+
+def call_key(name: str, arguments: Any) -> str:
+    """What makes two calls the same call: the tool and its arguments, keys in any order."""
+    return json.dumps([name, arguments], sort_keys=True, default=str)
+
+
+class CallMemory:
+    """The results the model was told for this turn's calls, by call."""
+
+    def __init__(self, site: ToolRegistry) -> None:
+        self.site = site
+        self.told: dict[str, str] = {}
+
+    def earlier(self, name: str, arguments: Any) -> str | None:
+        """What to tell the model instead of running a repeat, if it is one (else None)."""
+        told = self.told.get(call_key(name, arguments))
+        if told is None:
+            return None
+        return json.dumps({"decision": "repeated", "note": NOTE, "earlier": json.loads(told)})
+
+    def remember(self, name: str, arguments: Any, told: str) -> None:
+        """Keep what the model was told for a call, unless its tool may be repeated."""
+        tool = self.site.find(name)
+        if tool is None or not tool.repeatable:
+            self.told[call_key(name, arguments)] = told
