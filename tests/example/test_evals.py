@@ -111,7 +111,8 @@ def test_judged_decisions_are_what_dispatch_would_decide(world: World):
             {"dashboard": dashboard, "target": "staging"},
         )
     ]
-    assert result.outcome == "pass"  # nothing expected, nothing forbidden
+    # nothing expected: a call is an unexpected one, whatever dispatch would decide
+    assert (result.outcome, result.message) == ("fail", "proposed unexpected deploy_dashboard")
 
 
 def test_the_judge_hears_what_the_tools_prepare_would_refuse(world: World):

@@ -152,7 +152,7 @@ class Command(BaseCommand):
         )
         answer.calls = [call.as_intent() for call in calls.finished(prefix="probe")]
         if not answer.calls and tools and config["TEXT_TOOL_CALLS"]:
-            written = calls_in_text(answer.text, {PROBE_TOOL["function"]["name"]})
+            written = calls_in_text(answer.text, {"assistant_probe"})
             answer.calls = as_intents(written, "probe")
             answer.written = bool(written)
         return answer

@@ -146,6 +146,7 @@ class LLMPlanner:
 
     async def run(self, turn: Turn) -> None:
         config = assistant_settings.llm
+        turn.answered_by = "llm"
         tools, earlier = await sync_to_async(prepare)(turn, config)
         try:
             await self.converse(turn, config, tools, earlier)
@@ -154,6 +155,7 @@ class LLMPlanner:
                 raise
             logger.warning("LLM unavailable, falling back to keywords: %s", exc.message)
             fallback = KeywordPlanner()
+            turn.answered_by = "keywords (fallback)"
             intents = await fallback.plan(turn)  # before the notice echoes the message
             await turn.emit(
                 events.custom("assistant.notice", {"code": exc.code, "message": exc.message})
