@@ -52,6 +52,7 @@ def tool_results(request):
         '  {"tool_name": "apong", "args": {"times": 2}}  ',
         '{"function": {"name": "apong", "arguments": "{\\"times\\": 2}"}}',
         '<tool_call>\n{"name": "apong", "arguments": {"times": 2}}\n</tool_call>',
+        '{{"name": "apong", "arguments": {"times": 2}}}',  # Qwen2.5-Coder 1.5B on llama.cpp
     ],
 )
 def test_the_shapes_small_models_write_are_read_as_one_call(reply):

@@ -20,6 +20,7 @@ from assistant.models import (
     PendingAction,
     ValidationFinding,
 )
+from assistant.core.registry import registry
 from assistant.turns.evals import load_cases, run_cases
 from assistant.validation import ValidationTaskService
 from dashboards.models import Backup
@@ -61,9 +62,10 @@ def write(tmp_path: Path, cases: list[dict[str, Any]]) -> Path:
 def test_the_shipped_golden_set_passes_on_the_keyword_planner_and_changes_nothing(world: World):
     out, code = evaluate(GOLDEN, "--planner", "keywords")
 
-    cases = len(load_cases(GOLDEN))
+    cases = len([case for case in load_cases(GOLDEN) if case.written_for("keywords")])
+    skipped = len(load_cases(GOLDEN)) - cases  # multi-step, ambiguity, injections: a model's
     assert code == 0, out
-    assert f"{cases} of {cases} cases passed" in out
+    assert f"{cases} of {cases} cases passed ({skipped} written for another planner skipped)" in out
     assert out.count("[pass]") == cases
     nothing_happened()
 
@@ -232,7 +234,7 @@ def test_a_validation_task_records_a_finding_per_case(
     run.refresh_from_db()
 
     findings = list(ValidationFinding.objects.filter(run=run).order_by("id"))
-    assert len(findings) == len(load_cases(GOLDEN))
+    assert len(findings) == len([c for c in load_cases(GOLDEN) if c.written_for("keywords")])
     assert {f.outcome for f in findings} == {"pass"}
     assert (run.status, run.passed, run.failed) == ("passed", len(findings), 0)
     assert findings[0].details["case"] == "search in an environment"
@@ -249,3 +251,15 @@ def test_a_judged_call_keeps_sensitive_values_out_of_its_finding(world: World):
     ]
     # (the case's own message is the golden file's text, kept as written)
     assert "Hunter2xyz" not in json.dumps(result.verdict().details["proposed"])
+
+
+def test_the_golden_set_names_every_tool_and_every_role_of_the_example_project():
+    cases = load_cases(GOLDEN)
+    named = {call["operation"] for case in cases for call in case.expect}
+    named |= {operation for case in cases for operation in (*case.forbid, *case.allow)}
+    senders = {case.user for case in cases} | {case.role for case in cases}
+
+    assert len(cases) >= 30
+    assert named >= {tool.operation for tool in registry if not tool.module.startswith("tests.")}
+    assert senders >= {"admin", "operator", "viewer", "operators", "viewers", "superuser"}
+    assert any(case.results for case in cases)  # injections inside tool results

@@ -51,10 +51,9 @@ def _bodies(text: str) -> list[str]:
 
 
 def _call(body: str) -> TextCall | None:
-    try:
-        value = json.loads(body)
-    except ValueError:
-        return None
+    value = _json(body)
+    if value is None and body.startswith("{{") and body.endswith("}}"):
+        value = _json(body[1:-1])  # braces doubled, as a template escapes them (Qwen2.5-Coder)
     if not isinstance(value, dict):
         return None
     if isinstance(value.get("function"), dict):  # OpenAI's own shape, written out
@@ -66,6 +65,13 @@ def _call(body: str) -> TextCall | None:
     if isinstance(arguments, str):  # arguments as a JSON string, as the wire format has them
         return TextCall(name=name, arguments=arguments)
     return TextCall(name=name, arguments=json.dumps(arguments))
+
+
+def _json(body: str) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
 
 
 class HeldText:
