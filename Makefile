@@ -15,7 +15,7 @@ PYTHON ?= $(shell \
 		if [ -x "$$c" ] && "$$c" -c 'import sys' >/dev/null 2>&1; then echo $$c; exit 0; fi; \
 	done)
 
-.PHONY: demo test lint typecheck pytest docs bench clean
+.PHONY: demo test lint typecheck pytest docs bench llm-local clean
 
 $(BIN)/.installed: requirements.txt requirements-docs.txt pyproject.toml
 	@if [ -z "$(PYTHON)" ]; then \
@@ -68,6 +68,11 @@ docs: $(BIN)/.installed
 
 bench: $(BIN)/.installed
 	$(BIN)/python tests/benchmarks/registry_bench.py
+
+# The planner's evals on a real small model served on this machine (on demand; ARGS=--smoke: three
+# cases): its own virtualenv, the pinned runtime and weights, the digest checked (tests/local_llm.py).
+llm-local: $(BIN)/.installed
+	$(BIN)/nox --reuse-venv=yes -s llm_local -- $(ARGS)
 
 clean:
 	rm -rf $(VENV) docs/_build db.sqlite3 .mypy_cache .ruff_cache .pytest_cache
