@@ -12,6 +12,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
+from assistant.core.registry import registry
 from assistant.models import (
     AuditEntry,
     Conversation,
@@ -20,7 +21,6 @@ from assistant.models import (
     PendingAction,
     ValidationFinding,
 )
-from assistant.core.registry import registry
 from assistant.turns.evals import load_cases, run_cases
 from assistant.validation import ValidationTaskService
 from dashboards.models import Backup
