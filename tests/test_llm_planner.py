@@ -18,7 +18,7 @@ from assistant.core.registry import registry
 from assistant.dispatch.catalog import get_catalog, visible_tools
 from assistant.models import AuditEntry, Conversation, Job, PendingAction
 from assistant.stream.broadcast import group_name
-from assistant.turns.planners.llm import FALLBACK_NOTICE, RESULT_LIMIT
+from assistant.turns.planners.llm import DONE_NOTE, FALLBACK_NOTICE, RESULT_LIMIT
 from assistant.turns.runs import arun_turn, run_turn
 from tests.openai_peer import call, closed_port_url, error, stall, text, tool_calls, trickle
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
@@ -209,7 +209,9 @@ def test_a_tool_call_is_dispatched_and_its_result_fed_back_before_the_final_word
             }
         ],
     }
-    assert fed_back(second) == [("call_pong", {"decision": "executed", "text": "pong pong"})]
+    # a finished call says so: without the note a small model proposes the same call again
+    done = {"decision": "executed", "text": "pong pong", "note": DONE_NOTE}
+    assert fed_back(second) == [("call_pong", done)]
 
     entry = AuditEntry.objects.get()
     # The audit names the transport that ran the turn; it does not say the LLM proposed the call.
@@ -235,7 +237,12 @@ def test_the_model_is_told_a_job_s_task_id_beside_its_text(use_llm, diagnosticia
     run_turn(diagnostician, "start a job")
 
     job = Job.objects.get()
-    told = {"decision": "executed", "text": f"started count job {job.pk}", "task_id": str(job.pk)}
+    told = {
+        "decision": "executed",
+        "text": f"started count job {job.pk}",
+        "task_id": str(job.pk),
+        "note": DONE_NOTE,
+    }
     assert fed_back(peer.requests[1]) == [("call_job", told)]
 
 
@@ -250,8 +257,8 @@ def test_calls_streamed_interleaved_are_reassembled_by_index_and_run_in_order(us
 
     assert audited() == [("ping", "executed", "rest"), ("apong", "executed", "rest")]
     assert fed_back(peer.requests[1]) == [
-        ("call_a", {"decision": "executed", "text": "pong for plain"}),
-        ("call_b", {"decision": "executed", "text": "pong pong pong"}),
+        ("call_a", {"decision": "executed", "text": "pong for plain", "note": DONE_NOTE}),
+        ("call_b", {"decision": "executed", "text": "pong pong pong", "note": DONE_NOTE}),
     ]
 
 

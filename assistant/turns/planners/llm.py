@@ -14,7 +14,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from ...conf import assistant_settings
 from ...core.llm_client import shared_async_client
-from ...dispatch.calls import Outcome
+from ...dispatch.calls import Decision, Outcome
 from ...dispatch.catalog import get_catalog
 from ...exceptions import LLMError, LLMUnavailable, ReplyTooLong
 from ...models import Message
@@ -33,6 +33,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger("assistant.planner.llm")
 RESULT_LIMIT = 4000  # characters of a tool result the model sees; the UI gets everything
 FALLBACK_NOTICE = "The language model is unavailable; I answered with simple keyword matching.\n\n"
+DONE_NOTE = (
+    "Done. Answer the user from this result now; call another tool only if the request needs "
+    "a different one."
+)
 HELD_LIMIT = 64_000  # characters of a reply held as a possible written call; past them, words
 CLIENT_PREFIX = "client__"  # the namespace of an AG-UI client's own tools, as the model sees them
 
@@ -138,6 +142,8 @@ def result_for_model(outcome: Outcome) -> str:
         summary["code"] = outcome.code
     if outcome.pending_action is not None:
         summary["note"] = "Waiting for the user to confirm or reject; do not retry."
+    elif outcome.decision == Decision.EXECUTED:
+        summary["note"] = DONE_NOTE  # small models re-propose a finished call without it
     return json.dumps(summary)
 
 
