@@ -11,6 +11,7 @@ import pytest
 from assistant.core.registry import AssistantTool
 from assistant.exceptions import ToolDefinitionError
 from assistant.models import AuditEntry, PendingAction
+from assistant.turns.planners.repeats import STUCK_NOTICE
 from assistant.turns.planners.text_calls import calls_in_text
 from assistant.turns.runs import run_turn
 from tests.openai_peer import call, text, tool_calls
@@ -152,19 +153,35 @@ def test_an_identical_call_is_answered_with_its_earlier_result_not_run_again(use
     peer = use_llm()
     peer.script(
         tool_calls(call("apong", {"times": 2})),
-        tool_calls(call("apong", {"times": 2})),  # the small model's loop
-        text('{"tool": "apong", "parameters": {"times": 2}}'),  # and once more, written
+        text('{"tool": "apong", "parameters": {"times": 2}}'),  # the small model's loop, written
         text("Pong, twice."),
     )
 
     turn = run_turn(plain_user, "pong twice")
 
     assert audited() == [("apong", "executed", "native")]
-    second, third = tool_results(peer.requests[2])[1], tool_results(peer.requests[3])[2]
-    assert second["decision"] == third["decision"] == "repeated"
-    assert second["earlier"] == tool_results(peer.requests[1])[0]
-    assert "Do not call it again" in second["note"]
+    repeat = tool_results(peer.requests[2])[1]
+    assert repeat["decision"] == "repeated"
+    assert repeat["earlier"] == tool_results(peer.requests[1])[0]
+    assert "Do not call it again" in repeat["note"]
     assert said(turn) == "Pong, twice."
+
+
+def test_a_model_that_only_repeats_twice_in_a_row_is_not_asked_again(use_llm, plain_user):
+    peer = use_llm()
+    peer.script(
+        tool_calls(call("apong", {"times": 2})),
+        tool_calls(call("apong", {"times": 2})),
+        tool_calls(call("apong", {"times": 2})),
+        text("never asked for"),
+    )
+
+    turn = run_turn(plain_user, "pong twice")
+
+    assert audited() == [("apong", "executed", "native")]
+    assert peer.unplayed == 1
+    assert said(turn) == STUCK_NOTICE
+    assert turn.assistant_message.status == "complete"
 
 
 def test_different_arguments_are_a_different_call(use_llm, plain_user):

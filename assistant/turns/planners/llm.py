@@ -23,7 +23,7 @@ from ..budgets import areserve_call, check_budget
 from ..turn import CLIENT_TOOL
 from .keywords import KeywordPlanner
 from .llm_bounds import Tally, within_bounds
-from .repeats import CallMemory
+from .repeats import STUCK_NOTICE, CallMemory
 from .streamed_calls import StreamedCalls
 from .text_calls import HeldText, as_intents, as_message
 
@@ -194,6 +194,7 @@ class LLMPlanner:
             parsed = [_arguments(call["arguments"]) for call in calls]
             for call, arguments in zip(calls, parsed, strict=True):
                 turn.identify(call["name"], arguments)  # before the first call echoes
+            repeated = len(turn.repeats)
             for call, arguments in zip(calls, parsed, strict=True):
                 if call["name"] in own:  # the client runs it; never dispatched here
                     await turn.propose_client_call(call["id"], own[call["name"]], call["arguments"])
@@ -203,6 +204,9 @@ class LLMPlanner:
             await refused.tell(turn, messages)
             if turn.interrupts or turn.client_calls:
                 return  # the run waits for the user's decision, or the client's results
+            if memory.stuck(len(turn.repeats) - repeated, len(calls)):
+                await turn.say(STUCK_NOTICE)
+                return
         await turn.say(f"\n\n(I stopped after {config['MAX_STEPS']} steps.)")
 
     async def run_call(

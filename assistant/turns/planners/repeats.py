@@ -14,6 +14,8 @@ from typing import Any
 
 from ...core.registry import ToolRegistry
 
+STUCK_NOTICE = "\n\n(I stopped: the model kept asking again for a call answered above.)"
+STUCK_AFTER = 2  # model replies in a row made only of repeats: then the turn ends
 NOTE = (
     "You already made this exact call in this turn; this is its earlier result, it was not run "
     "again. Do not call it again: answer the user with this result."
@@ -31,6 +33,7 @@ class CallMemory:
     def __init__(self, site: ToolRegistry) -> None:
         self.site = site
         self.told: dict[str, str] = {}
+        self.idle = 0  # model replies in a row that were only repeats
 
     def earlier(self, name: str, arguments: Any) -> str | None:
         """What to tell the model instead of running a repeat, if it is one (else None)."""
@@ -44,3 +47,9 @@ class CallMemory:
         tool = self.site.find(name)
         if tool is None or not tool.repeatable:
             self.told[call_key(name, arguments)] = told
+
+    def stuck(self, repeats: int, calls: int) -> bool:
+        """After a model reply: whether it and the one before were only repeats (the model is
+        looping; asking it again would cost a step and bring one more)."""
+        self.idle = self.idle + 1 if calls and repeats == calls else 0
+        return self.idle >= STUCK_AFTER
