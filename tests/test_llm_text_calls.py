@@ -224,3 +224,15 @@ def test_a_confirmed_tool_cannot_be_declared_repeatable():
             public=True,
             repeatable=True,
         )
+
+
+def test_a_repeatable_tool_called_identically_in_a_loop_is_stopped_too(use_llm, plain_user):
+    task_id = str(uuid.uuid4())  # it runs each time, and a model polling forever still stops
+    peer = use_llm()
+    peer.script(*[tool_calls(call("get_task_status", {"task_id": task_id})) for _ in range(4)])
+
+    turn = run_turn(plain_user, "status?")
+
+    assert audited() == [("get_task_status", "executed", "native")] * 3
+    assert peer.unplayed == 1
+    assert said(turn) == STUCK_NOTICE

@@ -143,6 +143,8 @@ class EvalTurn(Turn):
         if outcome.result is not None and operation in self.results:
             outcome.result = ToolResult(text=self.results[operation])
         self.outcomes.append(outcome)
+        if outcome.decision == Decision.CONFIRMATION_REQUESTED:
+            self.interrupts.append(outcome)  # a real run waits for the user here: so does this
         if refusal and outcome.decision == Decision.DENIED:
             return outcome  # the planner saying no, as it means to: not a call it proposes
         self.proposed.append(

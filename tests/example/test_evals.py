@@ -172,8 +172,8 @@ def test_on_the_replay_server_the_model_is_judged_by_its_calls(
     peer = use_llm()
     dashboard = str(world.dashboard("support-tickets", "dev").pk)  # prepare looks it up
     peer.script(
+        # (a call waiting for confirmation ends the turn, as in a real run: no second step)
         tool_calls(call("deploy_dashboard", {"dashboard": dashboard, "target": "staging"})),
-        text("Asked for confirmation."),
         # A model that gets the second case wrong: backs up prod instead.
         tool_calls(call("run_backup", {"environment": "prod"})),
         text("Backing up."),
@@ -214,7 +214,7 @@ def test_on_the_replay_server_the_model_is_judged_by_its_calls(
         }
     ]
     assert code == 1
-    assert "(evaluation: this call was judged, not run)" in json.dumps(peer.requests[1]["messages"])
+    assert "(evaluation: this call was judged, not run)" in json.dumps(peer.requests[2]["messages"])
     nothing_happened()
 
 

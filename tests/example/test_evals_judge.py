@@ -185,3 +185,22 @@ def test_two_models_side_by_side_each_stored_as_a_validation_run(
     (finding,) = ValidationFinding.objects.filter(run=runs[1])
     assert finding.details["model"] == "small"
     assert finding.details["proposed"][0]["operation"] == "run_backup"
+
+
+def test_a_call_waiting_for_confirmation_ends_the_judged_turn_as_it_ends_a_real_run(
+    world: World, use_llm
+):
+    dashboard = str(world.dashboard("support-tickets", "dev").pk)
+    deploy = call("deploy_dashboard", {"dashboard": dashboard, "target": "staging"})
+    peer = use_llm()
+    peer.script(tool_calls(deploy), tool_calls(deploy), text("Asked twice."))
+    case = {
+        "user": "operator",
+        "message": "deploy it",
+        "expect": [{"operation": "deploy_dashboard"}],
+    }
+
+    (result,) = judge(case)
+
+    assert (result.outcome, result.steps) == ("pass", 1)
+    assert peer.unplayed == 2  # the model is not asked again while the user decides

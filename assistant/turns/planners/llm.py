@@ -194,7 +194,6 @@ class LLMPlanner:
             parsed = [_arguments(call["arguments"]) for call in calls]
             for call, arguments in zip(calls, parsed, strict=True):
                 turn.identify(call["name"], arguments)  # before the first call echoes
-            repeated = len(turn.repeats)
             for call, arguments in zip(calls, parsed, strict=True):
                 if call["name"] in own:  # the client runs it; never dispatched here
                     await turn.propose_client_call(call["id"], own[call["name"]], call["arguments"])
@@ -204,7 +203,7 @@ class LLMPlanner:
             await refused.tell(turn, messages)
             if turn.interrupts or turn.client_calls:
                 return  # the run waits for the user's decision, or the client's results
-            if memory.stuck(len(turn.repeats) - repeated, len(calls)):
+            if memory.stuck(len(calls)):
                 await turn.say(STUCK_NOTICE)
                 return
         await turn.say(f"\n\n(I stopped after {config['MAX_STEPS']} steps.)")

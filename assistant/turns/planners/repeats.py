@@ -34,10 +34,16 @@ class CallMemory:
         self.site = site
         self.told: dict[str, str] = {}
         self.idle = 0  # model replies in a row that were only repeats
+        self.made: set[str] = set()  # every call made, repeatable tools' too
+        self.again = 0  # identical calls made again in this reply
 
     def earlier(self, name: str, arguments: Any) -> str | None:
         """What to tell the model instead of running a repeat, if it is one (else None)."""
-        told = self.told.get(call_key(name, arguments))
+        key = call_key(name, arguments)
+        if key in self.made:
+            self.again += 1  # (a repeatable tool's repeat runs, and still counts as one)
+        self.made.add(key)
+        told = self.told.get(key)
         if told is None:
             return None
         return json.dumps({"decision": "repeated", "note": NOTE, "earlier": json.loads(told)})
@@ -48,8 +54,9 @@ class CallMemory:
         if tool is None or not tool.repeatable:
             self.told[call_key(name, arguments)] = told
 
-    def stuck(self, repeats: int, calls: int) -> bool:
-        """After a model reply: whether it and the one before were only repeats (the model is
-        looping; asking it again would cost a step and bring one more)."""
-        self.idle = self.idle + 1 if calls and repeats == calls else 0
+    def stuck(self, calls: int) -> bool:
+        """After a model reply: whether it and the one before were only identical calls made
+        again (the model is looping; asking it again would cost a step and bring one more)."""
+        again, self.again = self.again, 0
+        self.idle = self.idle + 1 if calls and again == calls else 0
         return self.idle >= STUCK_AFTER
