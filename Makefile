@@ -15,7 +15,7 @@ PYTHON ?= $(shell \
 		if [ -x "$$c" ] && "$$c" -c 'import sys' >/dev/null 2>&1; then echo $$c; exit 0; fi; \
 	done)
 
-.PHONY: demo test lint typecheck pytest docs bench clean messages
+.PHONY: demo test lint typecheck pytest docs bench llm-local clean messages
 
 # The runtime alone (what `make demo` needs), then the development tools on top (`make test`).
 $(BIN)/.runtime: requirements.txt pyproject.toml
@@ -81,6 +81,11 @@ docs: $(BIN)/.installed
 
 bench: $(BIN)/.installed
 	$(BIN)/python tests/benchmarks/registry_bench.py
+
+# The planner's evals on a real small model served on this machine (on demand; ARGS=--smoke: three
+# cases): its own virtualenv, the pinned runtime and weights, the digest checked (tests/local_llm.py).
+llm-local: $(BIN)/.installed
+	$(BIN)/nox --reuse-venv=yes -s llm_local -- $(ARGS)
 
 clean:
 	rm -rf $(VENV) docs/_build db.sqlite3 .mypy_cache .ruff_cache .pytest_cache

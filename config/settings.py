@@ -196,6 +196,7 @@ ASSISTANT = {
     "LLM": {
         "BASE_URL": os.environ.get("ASSISTANT_LLM_BASE_URL"),
         "MODEL": os.environ.get("ASSISTANT_LLM_MODEL", "gpt-4o-mini"),
+        "STREAM_TIMEOUT": float(os.environ.get("ASSISTANT_LLM_STREAM_TIMEOUT", "120")),
         "FALLBACK_TO_KEYWORDS": True,
     },
 }

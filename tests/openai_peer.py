@@ -340,7 +340,13 @@ def use_llm(settings: Any, openai_peer: Peer) -> Any:
         settings.ASSISTANT = {
             **django_settings.ASSISTANT,
             "PLANNER": "llm",
-            "LLM": {"BASE_URL": openai_peer.url, "MODEL": "test-model", "TIMEOUT": 5, **llm},
+            "LLM": {
+                "BASE_URL": openai_peer.url,
+                "MODEL": "test-model",
+                "TIMEOUT": 5,
+                "STREAM_TIMEOUT": 5,
+                **llm,
+            },
         }
         return openai_peer
 

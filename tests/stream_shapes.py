@@ -229,6 +229,41 @@ def reasoning_then_answer() -> Shape:
     return Shape("DeepSeek, xAI, vLLM reasoning", chunks, said="Hi, how can I help?")
 
 
+def written(who: str, reply: str, calls: list[tuple[str, dict[str, Any]]]) -> Shape:
+    """A call the model wrote as its reply's text (no tool_calls delta), in pieces of 7."""
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    chunks += [chunk({"content": piece}) for piece in pieces(reply, 7)]
+    chunks.append(chunk({}, "stop", usage=USAGE))
+    return Shape(who, chunks, calls)
+
+
+def text_fenced_json() -> Shape:
+    """Qwen2.5-Coder on llama.cpp without a tool-call parser: the call in a ```json fence."""
+    reply = '```json\n{"name": "apong", "arguments": {"times": 2}}\n```'
+    return written("Qwen2.5-Coder, fenced", reply, [("apong", {"times": 2})])
+
+
+def text_bare_tool_parameters() -> Shape:
+    """Small models' own shape: bare JSON, ``tool`` and ``parameters``."""
+    reply = '\n{"tool": "apong", "parameters": {"times": 2}}'
+    return written("small models, bare", reply, [("apong", {"times": 2})])
+
+
+def text_args_as_a_string() -> Shape:
+    """``tool`` and ``args``, the arguments a JSON string as the wire format carries them."""
+    reply = json.dumps({"tool": "apong", "args": APONG_ARGS})
+    return written("small models, string args", reply, [("apong", {"times": 2})])
+
+
+def text_tool_call_tags() -> Shape:
+    """Hermes / Qwen template output passed through as text: two ``<tool_call>`` blocks."""
+    reply = (
+        '<tool_call>\n{"name": "ping", "arguments": {}}\n</tool_call>\n'
+        '<tool_call>\n{"name": "apong", "arguments": {"times": 2}}\n</tool_call>'
+    )
+    return written("Hermes tags as text", reply, [("ping", {}), ("apong", {"times": 2})])
+
+
 SHAPES = {
     "openai_char_by_char": openai_char_by_char,
     "same_index_distinct_ids": same_index_distinct_ids,
@@ -240,4 +275,8 @@ SHAPES = {
     "groq_whole_calls": whole_calls_in_one_delta,
     "azure_empty_choices": empty_choices_everywhere,
     "deepseek_reasoning": reasoning_then_answer,
+    "text_fenced_json": text_fenced_json,
+    "text_bare_tool_parameters": text_bare_tool_parameters,
+    "text_args_as_a_string": text_args_as_a_string,
+    "text_tool_call_tags": text_tool_call_tags,
 }

@@ -164,6 +164,7 @@ class AuditEntryAdmin(ReadOnlyAdmin):
         OperationFilter,
         UserFilter,
         SourceFilter,
+        ("arrival", admin.ChoicesFieldListFilter),
     ]
     search_fields = ["operation", "username", "conversation__id"]
     search_help_text = _("An operation, a username (exact), or a conversation id.")
@@ -184,6 +185,7 @@ class AuditEntryAdmin(ReadOnlyAdmin):
         "duration",
         "source",
         "client",
+        "arrival",
         "request_ip",
         "entities_json",
         "error",
@@ -311,6 +313,7 @@ EXPORT_FIELDS = [
     "duration_ms",
     "source",
     "client",
+    "arrival",
     "request_ip",
     "conversation_id",
     "pending_action_id",

@@ -64,6 +64,9 @@ class AssistantTool:
     open_world: bool | None = None
     # the handler hands its work to a job and returns its task_id (MCP clients may call it as a task)
     background: bool = False
+    # the same call may run twice in one turn: its answer changes while a turn runs (a job's
+    # progress). Otherwise a model's identical second call is answered with the first's result.
+    repeatable: bool = False
 
     @classmethod
     def declare(
@@ -88,6 +91,7 @@ class AssistantTool:
         idempotent: bool | None = None,
         open_world: bool | None = None,
         background: bool = False,
+        repeatable: bool = False,
     ) -> AssistantTool:
         """Build a tool from a declaration, raising ``ToolDefinitionError`` for anything unsafe."""
         if not isinstance(operation, str) or not OPERATION_RE.match(operation):
@@ -112,6 +116,8 @@ class AssistantTool:
             raise fail(f"unknown risk_level {risk_level!r} (choose {choices})") from None
         if risk is RiskLevel.DANGEROUS and not requires_confirmation:
             raise fail("a dangerous tool must set requires_confirmation=True")
+        if repeatable is not False and (repeatable is not True or requires_confirmation):
+            raise fail("repeatable is True or False, and never True where a call is confirmed")
         checks = _normalise_checks(permission_checks, fail)
         if not checks and not public:
             raise fail("declare permission_checks, or public=True for a tool every user may use")
@@ -190,6 +196,7 @@ class AssistantTool:
             idempotent=idempotent,
             open_world=open_world,
             background=background,
+            repeatable=repeatable,
         )
 
     @property

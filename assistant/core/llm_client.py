@@ -48,8 +48,18 @@ def _options(config: dict[str, Any]) -> dict[str, Any]:
         "base_url": config["BASE_URL"],
         "api_key": api_key(config) or "not-needed",  # local servers take any key
         "timeout": config["TIMEOUT"],
+        "read_timeout": config.get("STREAM_TIMEOUT") or config["TIMEOUT"],
         "max_retries": 0,
     }
+
+
+def _client_options(config: dict[str, Any]) -> dict[str, Any]:
+    """``TIMEOUT`` to connect and send; ``STREAM_TIMEOUT`` for each wait on the reply."""
+    import openai
+
+    options = _options(config)
+    read = options.pop("read_timeout")
+    return {**options, "timeout": openai.Timeout(options["timeout"], read=read)}
 
 
 def make_client(config: dict[str, Any] | None = None) -> openai.OpenAI:
@@ -57,7 +67,7 @@ def make_client(config: dict[str, Any] | None = None) -> openai.OpenAI:
     import openai
 
     http = openai.DefaultHttpxClient(verify=tls_context())
-    options = _options(assistant_settings.llm if config is None else config)
+    options = _client_options(assistant_settings.llm if config is None else config)
     return openai.OpenAI(**options, http_client=http)
 
 
@@ -66,7 +76,7 @@ def make_async_client(config: dict[str, Any] | None = None) -> openai.AsyncOpenA
     import openai
 
     http = openai.DefaultAsyncHttpxClient(verify=tls_context())
-    options = _options(assistant_settings.llm if config is None else config)
+    options = _client_options(assistant_settings.llm if config is None else config)
     return openai.AsyncOpenAI(**options, http_client=http)
 
 

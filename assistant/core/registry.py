@@ -259,6 +259,7 @@ def assistant_tool(
     idempotent: bool | None = None,
     open_world: bool | None = None,
     background: bool = False,
+    repeatable: bool = False,
     site: ToolRegistry | None = None,
 ) -> Callable[[F], F]:
     """Declare a handler as an assistant tool; registers it and returns the function unchanged."""
@@ -285,6 +286,7 @@ def assistant_tool(
             idempotent=idempotent,
             open_world=open_world,
             background=background,
+            repeatable=repeatable,
         )
         if not method:  # a Toolset method is registered with its class (@register_toolset)
             (site if site is not None else registry).register(tool)

@@ -46,6 +46,7 @@ def _audit_row(
         reason=storable_text(outcome.reason),
         source=context.source,
         client=storable_text(context.client[:200]),
+        arrival=context.arrival,
         request_ip=context.request_ip,
         conversation=conversation,
         pending_action=outcome.pending_action,

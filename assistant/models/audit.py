@@ -34,6 +34,10 @@ class AuditQuerySet(models.QuerySet["AuditEntry"]):
 class AuditEntry(models.Model):
     """One dispatch: who asked for what, what was decided, how long it took."""
 
+    class Arrival(models.TextChoices):
+        NATIVE = "native", _("Native")  # the model server's tool_calls
+        TEXT = "text", _("Text")  # a reply that was only the call, written as JSON
+
     class Decision(models.TextChoices):
         EXECUTED = "executed", _("Executed")
         FAILED = "failed", _("Failed")
@@ -79,6 +83,8 @@ class AuditEntry(models.Model):
     client = models.CharField(
         max_length=200, blank=True
     )  # an MCP client's name and version, a token's name
+    # how a model proposed the call: its server's tool_calls, or JSON it wrote as its reply
+    arrival = models.CharField(max_length=8, choices=Arrival.choices, blank=True)
     request_ip = models.GenericIPAddressField(null=True, blank=True)
     conversation = models.ForeignKey(
         Conversation, null=True, blank=True, on_delete=models.SET_NULL, related_name="audit_entries"

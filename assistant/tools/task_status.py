@@ -19,6 +19,7 @@ from ..models import Job
     risk_level="safe",
     public=True,
     keywords=["task status", "job status", "status of task"],
+    repeatable=True,  # a running job's status changes between two calls
 )
 def get_task_status(
     call: ToolCall, task_id: Annotated[uuid.UUID, "the job's task id"]

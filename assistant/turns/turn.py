@@ -156,6 +156,9 @@ class Turn:
         self.usage: dict[str, int] = {}  # its tokens, summed over the turn's model calls
         self.lapse: CredentialLapsed | None = None  # its credential lapsed while a step ran
         self._step_usage: dict[str, int] | None = None
+        self.steps = 0  # model calls made
+        self.repeats: list[str] = []  # identical calls a model made again, answered, not run
+        self.answered_by = ""  # the planner that answered: "llm", "keywords", or a fallback
 
     @property
     def text(self) -> str:
@@ -253,6 +256,7 @@ class Turn:
 
     def end_step(self) -> None:
         """Add the finished model call's usage to the turn's."""
+        self.steps += 1
         if self._step_usage is not None:
             for name, value in self._step_usage.items():
                 self.usage[name] = self.usage.get(name, 0) + value
@@ -319,6 +323,7 @@ class Turn:
         announced: bool = False,
         refusal: bool = False,
         reply: Reply | None = None,
+        arrival: str = "",
     ) -> Outcome:
         """Dispatch one intent (the only door) and stream the call and its result.
 
@@ -327,6 +332,7 @@ class Turn:
         ``reply``: this is the planner's last call, and this says what it will say after it, by
         the turn's outcomes: the reply is stored in the call's own sync hop (``finish`` checks
         it, and corrects it where the turn ended otherwise).
+        ``arrival``: how a model's call came, "native" or "text" (the audit keeps it).
         """
         tool_call_id = tool_call_id or f"call_{uuid.uuid4().hex[:16]}"
         self.identify(operation, entities)
@@ -340,7 +346,7 @@ class Turn:
             await self.announce_call(tool_call_id, operation, json.dumps(shown))
         then = None if reply is None else functools.partial(self._store_ahead, tool_call_id, reply)
         try:
-            context = self.step_context().but(call_id=tool_call_id)
+            context = self.step_context().but(call_id=tool_call_id, arrival=arrival)
             outcome = await adispatch(operation, entities, context=context, then=then)
         except DispatchCancelled as stopped:
             await asyncio.shield(self.record(stopped.outcome, tool_call_id))

@@ -17,7 +17,7 @@ from .registry import (
     rules,
     validation_rule,
 )
-from .runs import ValidationTaskService, execute_run, run_due_validations
+from .runs import ValidationTaskService, execute_run, record_run, run_due_validations, settle_run
 from .schedules import MAX_CRON, MAX_INTERVAL, next_run, parse_schedule
 from .targets import (
     FILTER_LOOKUPS,
@@ -54,8 +54,10 @@ __all__ = [
     "normalise_rules",
     "parse_schedule",
     "parse_target",
+    "record_run",
     "rules",
     "run_due_validations",
+    "settle_run",
     "tool_access_matrix",
     "validation_rule",
     "viewable",

@@ -140,22 +140,7 @@ def execute_run(job: JobContext, run_id: int) -> ToolResult:
                     findings.append(_finding(run, rule.name, target, verdict))
                 done += 1
                 job.report(100 * done / steps, f"{rule.name}: {done} of {steps}")
-        ValidationFinding.objects.bulk_create(findings)
-        counts = {outcome: sum(f.outcome == outcome for f in findings) for outcome in Outcome}
-        status = (
-            ValidationRun.Status.FAILED
-            if counts[Outcome.FAIL]
-            else ValidationRun.Status.WARNED
-            if counts[Outcome.WARN]
-            else ValidationRun.Status.PASSED
-        )
-        ValidationRun.objects.filter(pk=run.pk).update(
-            status=status,
-            passed=counts[Outcome.PASS],
-            failed=counts[Outcome.FAIL],
-            warned=counts[Outcome.WARN],
-            finished_at=timezone.now(),
-        )
+        status, counts = settle_run(run, findings)
         return ToolResult(
             text=(
                 f"{task.name}: {status} — {counts[Outcome.PASS]} passed, "
@@ -176,6 +161,40 @@ def execute_run(job: JobContext, run_id: int) -> ToolResult:
             finished_at=timezone.now(),
         )
         raise
+
+
+def settle_run(run: ValidationRun, findings: list[ValidationFinding]) -> tuple[str, dict[str, int]]:
+    """Store a run's findings and close it with their counts: its status and the counts."""
+    ValidationFinding.objects.bulk_create(findings)
+    counts: dict[str, int] = {
+        outcome: sum(f.outcome == outcome for f in findings) for outcome in Outcome
+    }
+    status: str = (
+        ValidationRun.Status.FAILED
+        if counts[Outcome.FAIL]
+        else ValidationRun.Status.WARNED
+        if counts[Outcome.WARN]
+        else ValidationRun.Status.PASSED
+    )
+    ValidationRun.objects.filter(pk=run.pk).update(
+        status=status,
+        passed=counts[Outcome.PASS],
+        failed=counts[Outcome.FAIL],
+        warned=counts[Outcome.WARN],
+        finished_at=timezone.now(),
+    )
+    return status, counts
+
+
+def record_run(task: ValidationTask, rule: str, verdicts: list[Verdict]) -> ValidationRun:
+    """A run of ``task`` whose verdicts were found outside a job (a command's), stored closed."""
+    run = ValidationRun.objects.create(
+        task=task, status=ValidationRun.Status.RUNNING, started_at=timezone.now()
+    )
+    settle_run(run, [_finding(run, rule, None, verdict) for verdict in verdicts])
+    ValidationTask.objects.filter(pk=task.pk).update(last_run_at=timezone.now())
+    run.refresh_from_db()
+    return run
 
 
 def _verdicts(

@@ -41,6 +41,7 @@ EXPORT_FIELDS = [
     "duration_ms",
     "source",
     "client",
+    "arrival",
     "request_ip",
     "conversation_id",
     "pending_action_id",

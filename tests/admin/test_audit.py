@@ -375,6 +375,7 @@ def test_the_csv_export_streams_the_filtered_rows_newest_first(
         "duration_ms": str(entry.duration_ms),
         "source": "api",
         "client": "",
+        "arrival": "",
         "request_ip": "",
         "conversation_id": "",
         "pending_action_id": str(entry.pending_action_id),

@@ -12,6 +12,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
+from assistant.core.registry import registry
 from assistant.models import (
     AuditEntry,
     Conversation,
@@ -61,9 +62,10 @@ def write(tmp_path: Path, cases: list[dict[str, Any]]) -> Path:
 def test_the_shipped_golden_set_passes_on_the_keyword_planner_and_changes_nothing(world: World):
     out, code = evaluate(GOLDEN, "--planner", "keywords")
 
-    cases = len(load_cases(GOLDEN))
+    cases = len([case for case in load_cases(GOLDEN) if case.written_for("keywords")])
+    skipped = len(load_cases(GOLDEN)) - cases  # multi-step, ambiguity, injections: a model's
     assert code == 0, out
-    assert f"{cases} of {cases} cases passed" in out
+    assert f"{cases} of {cases} cases passed ({skipped} written for another planner skipped)" in out
     assert out.count("[pass]") == cases
     nothing_happened()
 
@@ -111,7 +113,8 @@ def test_judged_decisions_are_what_dispatch_would_decide(world: World):
             {"dashboard": dashboard, "target": "staging"},
         )
     ]
-    assert result.outcome == "pass"  # nothing expected, nothing forbidden
+    # nothing expected: a call is an unexpected one, whatever dispatch would decide
+    assert (result.outcome, result.message) == ("fail", "proposed unexpected deploy_dashboard")
 
 
 def test_the_judge_hears_what_the_tools_prepare_would_refuse(world: World):
@@ -169,8 +172,8 @@ def test_on_the_replay_server_the_model_is_judged_by_its_calls(
     peer = use_llm()
     dashboard = str(world.dashboard("support-tickets", "dev").pk)  # prepare looks it up
     peer.script(
+        # (a call waiting for confirmation ends the turn, as in a real run: no second step)
         tool_calls(call("deploy_dashboard", {"dashboard": dashboard, "target": "staging"})),
-        text("Asked for confirmation."),
         # A model that gets the second case wrong: backs up prod instead.
         tool_calls(call("run_backup", {"environment": "prod"})),
         text("Backing up."),
@@ -211,7 +214,7 @@ def test_on_the_replay_server_the_model_is_judged_by_its_calls(
         }
     ]
     assert code == 1
-    assert "(evaluation: this call was judged, not run)" in json.dumps(peer.requests[1]["messages"])
+    assert "(evaluation: this call was judged, not run)" in json.dumps(peer.requests[2]["messages"])
     nothing_happened()
 
 
@@ -231,7 +234,7 @@ def test_a_validation_task_records_a_finding_per_case(
     run.refresh_from_db()
 
     findings = list(ValidationFinding.objects.filter(run=run).order_by("id"))
-    assert len(findings) == len(load_cases(GOLDEN))
+    assert len(findings) == len([c for c in load_cases(GOLDEN) if c.written_for("keywords")])
     assert {f.outcome for f in findings} == {"pass"}
     assert (run.status, run.passed, run.failed) == ("passed", len(findings), 0)
     assert findings[0].details["case"] == "search in an environment"
@@ -248,3 +251,15 @@ def test_a_judged_call_keeps_sensitive_values_out_of_its_finding(world: World):
     ]
     # (the case's own message is the golden file's text, kept as written)
     assert "Hunter2xyz" not in json.dumps(result.verdict().details["proposed"])
+
+
+def test_the_golden_set_names_every_tool_and_every_role_of_the_example_project():
+    cases = load_cases(GOLDEN)
+    named = {call["operation"] for case in cases for call in case.expect}
+    named |= {operation for case in cases for operation in (*case.forbid, *case.allow)}
+    senders = {case.user for case in cases} | {case.role for case in cases}
+
+    assert len(cases) >= 30
+    assert named >= {tool.operation for tool in registry if not tool.module.startswith("tests.")}
+    assert senders >= {"admin", "operator", "viewer", "operators", "viewers", "superuser"}
+    assert any(case.results for case in cases)  # injections inside tool results

@@ -151,3 +151,25 @@ def test_it_warns_when_the_chat_does_not_use_the_llm(use_llm, settings, planner)
     out, _ = check()
 
     assert "[warn] ASSISTANT['PLANNER'] is not 'llm'" in out
+
+
+def test_a_call_written_as_text_counts_as_the_planner_would_run_it(use_llm):
+    # Qwen2.5-Coder 1.5B on llama.cpp: the call as words, its braces doubled
+    written = '{{"name": "assistant_probe", "arguments": {"word": "alpha"}}}'
+    use_llm().script(text("ready"), text(written), text(written))
+
+    out, code = check()
+
+    assert code == 0, out
+    assert "[ok  ] one tool call — got 1 call(s) ['alpha'] (written as JSON text" in out
+    assert "TEXT_TOOL_CALLS is on" in out
+
+
+def test_a_call_written_as_text_fails_where_the_planner_would_not_run_it(use_llm):
+    written = '{"name": "assistant_probe", "arguments": {"word": "alpha"}}'
+    use_llm(TEXT_TOOL_CALLS=False).script(text("ready"), text(written), text(written))
+
+    out, code = check()
+
+    assert code == 1
+    assert "[FAIL] one tool call — got 0 call(s) []" in out

@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...conf import assistant_settings
 from ...core.llm_client import api_key, make_async_client
+from ...turns.planners.text_calls import as_intents, calls_in_text
 
 PROBE_TOOL = {
     "type": "function",
@@ -25,6 +26,7 @@ PROBE_TOOL = {
     },
 }
 ONE_CALL = "Call the assistant_probe tool once, with the word 'alpha'. Do not answer in text."
+WRITTEN = " (written as JSON text, not tool_calls: the planner reads it, TEXT_TOOL_CALLS is on)"
 TWO_CALLS = (
     "Call the assistant_probe tool twice in parallel, in one reply: once with the word 'alpha' "
     "and once with the word 'beta'. Do not answer in text."
@@ -38,6 +40,7 @@ class Answer:
     text: str = ""
     calls: list[dict[str, Any]] = field(default_factory=list)
     usage: dict[str, int] | None = None
+    written: bool = False  # the calls came as JSON text, not as the server's tool_calls
 
 
 class Command(BaseCommand):
@@ -107,14 +110,16 @@ class Command(BaseCommand):
             words == ["alpha"],
             "one tool call",
             f"got {len(one.calls)} call(s) {words}"
-            + ("" if words == ["alpha"] else "; use a model (or server flag) with tool calling"),
+            + ("" if words == ["alpha"] else "; use a model (or server flag) with tool calling")
+            + (WRITTEN if one.written else ""),
         )
         pair = sorted(self.word(call) for call in two.calls)
         self.report(
             True if pair == ["alpha", "beta"] else None,
             "two parallel tool calls",
             f"got {len(two.calls)} call(s) {pair}"
-            + ("" if pair == ["alpha", "beta"] else "; the model will call one tool per step"),
+            + ("" if pair == ["alpha", "beta"] else "; the model will call one tool per step")
+            + (WRITTEN if two.written else ""),
         )
         usage = reply.usage or one.usage or two.usage
         refused = config["BASE_URL"] in llm._refuses_usage
@@ -146,6 +151,10 @@ class Command(BaseCommand):
             client, {**config, "TEMPERATURE": 0}, messages, tools, on_text=heard, on_usage=counted
         )
         answer.calls = [call.as_intent() for call in calls.finished(prefix="probe")]
+        if not answer.calls and tools and config["TEXT_TOOL_CALLS"]:
+            written = calls_in_text(answer.text, {"assistant_probe"})
+            answer.calls = as_intents(written, "probe")
+            answer.written = bool(written)
         return answer
 
     @staticmethod

@@ -224,6 +224,7 @@ class AuditEntrySerializer(serializers.ModelSerializer[AuditEntry]):
             "error",
             "source",
             "client",
+            "arrival",
             "request_ip",
             "conversation",
             "pending_action",

@@ -294,6 +294,7 @@ class KeywordPlanner:
         return intents
 
     async def run(self, turn: Turn, intents: list[Intent] | None = None) -> None:
+        turn.answered_by = turn.answered_by or "keywords"
         if intents is None:
             intents = await self.plan(turn)
         for index, intent in enumerate(intents):

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import openai
@@ -18,8 +16,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from ... import telemetry
 from ...conf import assistant_settings
 from ...core.llm_client import shared_async_client
-from ...dispatch.bounds import PREVIEW_CHARS, summary
-from ...dispatch.calls import Outcome
+from ...dispatch.calls import Decision, Outcome
 from ...dispatch.catalog import get_catalog
 from ...exceptions import LLMError, LLMUnavailable, ReplyTooLong
 from ...models import Message
@@ -28,6 +25,9 @@ from ..budgets import areserve_call, check_budget
 from ..turn import CLIENT_TOOL
 from .keywords import KeywordPlanner
 from .llm_bounds import Tally, within_bounds
+from .repeats import STUCK_NOTICE, CallMemory
+from .streamed_calls import StreamedCalls
+from .text_calls import HeldText, as_intents, as_message
 
 if TYPE_CHECKING:
     from ..turn import Turn
@@ -35,9 +35,12 @@ if TYPE_CHECKING:
 logger = logging.getLogger("assistant.planner.llm")
 RESULT_LIMIT = 4000  # characters of a tool result the model sees; the UI gets everything
 FALLBACK_NOTICE = "The language model is unavailable; I answered with simple keyword matching.\n\n"
+DONE_NOTE = (
+    "Done. Answer the user from this result now; call another tool only if the request needs "
+    "a different one."
+)
+HELD_LIMIT = 64_000  # characters of a reply held as a possible written call; past them, words
 CLIENT_PREFIX = "client__"  # the namespace of an AG-UI client's own tools, as the model sees them
-NAME_LIMIT = 200  # characters of a streamed call's name and id kept (a tool's name has 64)
-DROPPED_TRACKED = 50_000  # calls past the kept ones whose deltas are told apart (then counted)
 
 
 def history(turn: Turn, limit: int) -> list[dict[str, Any]]:
@@ -141,6 +144,8 @@ def result_for_model(outcome: Outcome) -> str:
         summary["code"] = outcome.code
     if outcome.pending_action is not None:
         summary["note"] = "Waiting for the user to confirm or reject; do not retry."
+    elif outcome.decision == Decision.EXECUTED:
+        summary["note"] = DONE_NOTE  # small models re-propose a finished call without it
     return json.dumps(summary)
 
 
@@ -149,6 +154,7 @@ class LLMPlanner:
 
     async def run(self, turn: Turn) -> None:
         config = assistant_settings.llm
+        turn.answered_by = "llm"
         tools, earlier = await sync_to_async(prepare)(turn, config)
         try:
             await self.converse(turn, config, tools, earlier)
@@ -157,6 +163,7 @@ class LLMPlanner:
                 raise
             logger.warning("LLM unavailable, falling back to keywords: %s", exc.message)
             fallback = KeywordPlanner()
+            turn.answered_by = "keywords (fallback)"
             intents = await fallback.plan(turn)  # before the notice echoes the message
             await turn.emit(
                 events.custom("assistant.notice", {"code": exc.code, "message": exc.message})
@@ -179,6 +186,7 @@ class LLMPlanner:
         if turn.user_message is not None:
             messages.append({"role": "user", "content": turn.user_message.text})
         tally = Tally()
+        memory = CallMemory(turn.site)
         for _ in range(config["MAX_STEPS"]):
             calls = await self.step(turn, client, config, messages, tools, tally)
             if not calls:
@@ -192,18 +200,30 @@ class LLMPlanner:
                 if call["name"] in own:  # the client runs it; never dispatched here
                     await turn.propose_client_call(call["id"], own[call["name"]], call["arguments"])
                     continue
-                outcome = await turn.call(call["name"], arguments, tool_call_id=call["id"])
-                messages.append(
-                    {
-                        "role": "tool",
-                        "tool_call_id": call["id"],
-                        "content": result_for_model(outcome),
-                    }
-                )
+                told = await self.run_call(turn, memory, call, arguments)
+                messages.append({"role": "tool", "tool_call_id": call["id"], "content": told})
             await refused.tell(turn, messages)
             if turn.interrupts or turn.client_calls:
                 return  # the run waits for the user's decision, or the client's results
+            if memory.stuck(len(calls)):
+                await turn.say(STUCK_NOTICE)
+                return
         await turn.say(f"\n\n(I stopped after {config['MAX_STEPS']} steps.)")
+
+    async def run_call(
+        self, turn: Turn, memory: CallMemory, call: dict[str, Any], arguments: Any
+    ) -> str:
+        """Dispatch one call (an identical earlier one's result instead): what the model is told."""
+        earlier = memory.earlier(call["name"], arguments)
+        if earlier is not None:
+            turn.repeats.append(call["name"][:64])
+            return earlier
+        outcome = await turn.call(
+            call["name"], arguments, tool_call_id=call["id"], arrival=call["arrival"]
+        )
+        told = result_for_model(outcome)
+        memory.remember(call["name"], arguments, told)
+        return told
 
     async def step(
         self,
@@ -242,6 +262,7 @@ class LLMPlanner:
             keep=config["MAX_TOOL_CALLS_PER_REPLY"] + 1,
             max_bytes=assistant_settings.MAX_TOOL_ARGUMENT_BYTES,
         )
+        held = HeldText(speak, limit=HELD_LIMIT) if config["TEXT_TOOL_CALLS"] else None
         budget = await areserve_call(turn, messages, tools)  # refused: BudgetExceeded
         turn.publisher.flush()  # (RUN_STARTED and the rest need not wait for the model's words)
         with telemetry.model_span(config) as span:
@@ -251,26 +272,37 @@ class LLMPlanner:
                     config,
                     messages,
                     tools,
-                    on_text=speak,
+                    on_text=speak if held is None else held.hear,
                     on_usage=budget.metered(turn.count_usage),
                     max_tokens=budget.reply_tokens,
                     calls=calls,
                 )
+            except Exception:
+                if held is not None:
+                    await held.release()  # a reply that failed keeps its words so far
+                raise
             finally:
                 telemetry.answered(span, turn.model, turn.step_usage, calls.finish_reasons)
                 turn.end_step()
                 await budget.asettle("".join(text))  # what it spent, even failed or stopped
-        ordered = calls.finished(prefix=f"call_{turn.run_id[:8]}_{len(messages)}")
-        tally.asked = len(ordered) + calls.dropped
-        if ordered:
+        prefix = f"call_{turn.run_id[:8]}_{len(messages)}"
+        ordered = calls.finished(prefix=prefix)
+        written = held.calls(turn.offered or ()) if held is not None and not ordered else []
+        if held is not None and not written:
+            await held.release()
+        tally.asked = len(ordered) + calls.dropped + len(written)
+        intents = [call.as_intent() | {"arrival": "native"} for call in ordered]
+        intents += as_intents(written, prefix)
+        if intents:
             messages.append(
                 {
                     "role": "assistant",
                     "content": "".join(text) or None,
-                    "tool_calls": [call.as_message() for call in ordered],
+                    "tool_calls": [call.as_message() for call in ordered]
+                    + [as_message(intent) for intent in intents if intent["arrival"] == "text"],
                 }
             )
-        return [call.as_intent() for call in ordered]
+        return intents
 
 
 async def stream_reply(
@@ -290,7 +322,7 @@ async def stream_reply(
     calls = calls if calls is not None else StreamedCalls()
     try:
         stream = await _open_stream(client, config, messages, tools, max_tokens)
-        async for chunk in _bounded(stream, config["TIMEOUT"]):
+        async for chunk in _bounded(stream, config["STREAM_TIMEOUT"]):
             on_usage(chunk.model or config["MODEL"], _usage(chunk))
             # Usage-only and keep-alive chunks have no choices (Azure, Mistral, OpenAI).
             for choice in chunk.choices or ():
@@ -316,131 +348,6 @@ async def stream_reply(
             gettext("The language model is unreachable: %(error)s") % {"error": _short(exc)}
         ) from exc
     return calls
-
-
-@dataclass(kw_only=True, slots=True)
-class StreamedCall:
-    """One tool call being put together from streamed deltas."""
-
-    index: int | None
-    id: str = ""
-    name: str = ""
-    arguments: str = ""  # (only their start once they are more than a call may bring)
-    extra: dict[str, Any] = field(default_factory=dict)  # e.g. Gemini's extra_content
-    size: int = 0  # bytes of arguments streamed
-    digest: Any = None  # their sha256, once they are more than a call may bring
-    dropped: bool = False  # past the calls a reply may keep: counted, nothing else
-
-    def append(self, piece: str, max_bytes: int | None) -> None:
-        """More of the arguments; past ``max_bytes`` only their digest and start are kept."""
-        if self.dropped or not piece:
-            return
-        encoded = piece.encode("utf-8", "surrogatepass")
-        self.size += len(encoded)
-        if self.digest is not None:
-            self.digest.update(encoded)
-            return
-        self.arguments += piece
-        if max_bytes is not None and self.size > max_bytes:
-            self.digest = hashlib.sha256(self.arguments.encode("utf-8", "surrogatepass"))
-            self.arguments = self.arguments[:PREVIEW_CHARS]
-
-    @property
-    def too_large(self) -> dict[str, Any] | None:
-        """What is kept instead of arguments that are more than a call may bring, if they are."""
-        if self.digest is None:
-            return None
-        return summary(self.size, self.digest.hexdigest(), self.arguments)
-
-    def as_message(self) -> dict[str, Any]:
-        """The call as the assistant message sent back on the next step (extras included)."""
-        too_large = self.too_large
-        if too_large is not None:
-            too_large = {**too_large, "preview": ""}
-        arguments = self.arguments if too_large is None else json.dumps(too_large)
-        return {
-            **self.extra,
-            "id": self.id,
-            "type": "function",
-            "function": {"name": self.name, "arguments": arguments},
-        }
-
-    def as_intent(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "name": self.name,
-            "arguments": self.arguments,
-            "too_large": self.too_large,  # (its preview is the arguments' start, unredacted)
-            "extra": self.extra,
-        }
-
-
-class StreamedCalls:
-    """Merges tool-call deltas by (index, id), as OpenAI-compatible servers really send them.
-
-    A new non-empty id at an occupied index starts a new call (Ollama, vLLM: every call at
-    index 0); a delta without an index goes by id, or continues the last call unless it names
-    a new one (Gemini, proxies); a delta repeating the full name sets it (llama.cpp).
-    """
-
-    def __init__(self, *, keep: int | None = None, max_bytes: int | None = None) -> None:
-        self.calls: list[StreamedCall] = []
-        self.keep = keep  # calls kept; the rest are counted in ``dropped``
-        self.max_bytes = max_bytes  # of one call's arguments: past it, their digest and start
-        self.dropped = 0
-        self.finish_reasons: list[str] = []  # why the model stopped, per choice (its trace)
-        self._last: StreamedCall | None = None
-        self._at_index: dict[int, StreamedCall] = {}
-        self._by_id: dict[str, StreamedCall] = {}
-
-    def add(self, part: Any) -> None:
-        function = getattr(part, "function", None)
-        name = (getattr(function, "name", None) or "") if function is not None else ""
-        arguments = (getattr(function, "arguments", None) or "") if function is not None else ""
-        call_id = (getattr(part, "id", None) or "")[:NAME_LIMIT]
-        call = self._slot(getattr(part, "index", None), call_id, name[:NAME_LIMIT])
-        if call.dropped:
-            return
-        if name and not (call.name and call.name.endswith(name)):
-            # A repeated or growing full name replaces; a genuinely new fragment appends.
-            call.name = name if name.startswith(call.name) else call.name + name
-            call.name = call.name[:NAME_LIMIT]
-        call.append(arguments, self.max_bytes)
-        extra = getattr(part, "model_extra", None) or {}
-        call.extra.update({key: value for key, value in extra.items() if value is not None})
-
-    def _slot(self, index: int | None, call_id: str, name: str) -> StreamedCall:
-        if call_id and call_id in self._by_id:
-            return self._by_id[call_id]
-        current = self._at_index.get(index) if index is not None else None
-        last = self._last
-        if index is None and not call_id and last is not None and not (name and last.name):
-            current = last  # an index-less continuation of the last call
-        if current is not None and not (call_id and current.id and current.id != call_id):
-            if call_id and not current.id:
-                current.id = call_id
-                self._by_id[call_id] = current
-            return current
-        call = StreamedCall(index=index, id=call_id)
-        self._last = call
-        if self.keep is not None and len(self.calls) >= self.keep:
-            call.dropped = True
-            self.dropped += 1
-            if self.dropped > DROPPED_TRACKED:
-                return call  # (counted still; a continuation of it may count again)
-        else:
-            self.calls.append(call)
-        if index is not None:
-            self._at_index[index] = call
-        if call_id:
-            self._by_id[call_id] = call
-        return call
-
-    def finished(self, *, prefix: str) -> list[StreamedCall]:
-        """The calls in the order they were opened; a call the model left without an id gets one."""
-        for position, call in enumerate(self.calls):
-            call.id = call.id or f"{prefix}_{position}"
-        return [call for call in self.calls if call.name or call.arguments]
 
 
 # Endpoints that refused ``stream_options`` once (some older local servers do): not asked again.

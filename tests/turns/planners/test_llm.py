@@ -18,7 +18,7 @@ from assistant.core.registry import registry
 from assistant.dispatch.catalog import get_catalog, visible_tools
 from assistant.models import AuditEntry, Conversation, Job, PendingAction
 from assistant.stream.broadcast import group_name
-from assistant.turns.planners.llm import FALLBACK_NOTICE, RESULT_LIMIT
+from assistant.turns.planners.llm import DONE_NOTE, FALLBACK_NOTICE, RESULT_LIMIT
 from assistant.turns.runs import arun_turn, run_turn
 from tests.audit_trail import audited
 from tests.openai_peer import call, closed_port_url, error, stall, text, tool_calls, trickle
@@ -187,7 +187,9 @@ def test_a_tool_call_is_dispatched_and_its_result_fed_back_before_the_final_word
             }
         ],
     }
-    assert fed_back(second) == [("call_pong", {"decision": "executed", "text": "pong pong"})]
+    # a finished call says so: without the note a small model proposes the same call again
+    done = {"decision": "executed", "text": "pong pong", "note": DONE_NOTE}
+    assert fed_back(second) == [("call_pong", done)]
 
     entry = AuditEntry.objects.get()
     # The audit names the transport that ran the turn; it does not say the LLM proposed the call.
@@ -213,7 +215,12 @@ def test_the_model_is_told_a_job_s_task_id_beside_its_text(use_llm, diagnosticia
     run_turn(diagnostician, "start a job")
 
     job = Job.objects.get()
-    told = {"decision": "executed", "text": f"started count job {job.pk}", "task_id": str(job.pk)}
+    told = {
+        "decision": "executed",
+        "text": f"started count job {job.pk}",
+        "task_id": str(job.pk),
+        "note": DONE_NOTE,
+    }
     assert fed_back(peer.requests[1]) == [("call_job", told)]
 
 
@@ -228,8 +235,8 @@ def test_calls_streamed_interleaved_are_reassembled_by_index_and_run_in_order(us
 
     assert audited() == [("ping", "executed", "rest"), ("apong", "executed", "rest")]
     assert fed_back(peer.requests[1]) == [
-        ("call_a", {"decision": "executed", "text": "pong for plain"}),
-        ("call_b", {"decision": "executed", "text": "pong pong pong"}),
+        ("call_a", {"decision": "executed", "text": "pong for plain", "note": DONE_NOTE}),
+        ("call_b", {"decision": "executed", "text": "pong pong pong", "note": DONE_NOTE}),
     ]
 
 
@@ -365,13 +372,13 @@ def test_a_tool_needing_confirmation_ends_the_run_with_an_interrupt(use_llm, cle
 
 def test_max_steps_bounds_the_model_tool_loop(use_llm, plain_user):
     peer = use_llm(MAX_STEPS=2)
-    peer.script(*[tool_calls(call("ping")) for _ in range(3)])
+    peer.script(*[tool_calls(call("apong", {"times": times})) for times in range(3)])
 
-    turn = run_turn(plain_user, "ping forever")
+    turn = run_turn(plain_user, "pong forever")
 
     assert len(peer.requests) == 2
     assert peer.unplayed == 1
-    assert audited() == [("ping", "executed", "rest")] * 2
+    assert audited() == [("apong", "executed", "rest")] * 2
     assert turn.assistant_message.text == "\n\n(I stopped after 2 steps.)"
     assert turn.assistant_message.status == "complete"
 
@@ -409,7 +416,7 @@ def test_an_http_error_fails_the_turn_with_llm_error(use_llm, plain_user, status
 
 
 def test_a_stalled_endpoint_fails_within_the_timeout_with_llm_unavailable(use_llm, plain_user):
-    use_llm(TIMEOUT=0.5).script(stall())
+    use_llm(STREAM_TIMEOUT=0.5).script(stall())
 
     started = time.monotonic()
     turn = run_turn(plain_user, "hello")
@@ -425,7 +432,7 @@ def test_a_stalled_endpoint_fails_within_the_timeout_with_llm_unavailable(use_ll
 
 
 def test_a_stream_stalled_midway_fails_and_keeps_the_words_so_far(use_llm, plain_user):
-    use_llm(TIMEOUT=0.5).script(text("Let me ", "think", then="stall"))
+    use_llm(STREAM_TIMEOUT=0.5).script(text("Let me ", "think", then="stall"))
 
     started = time.monotonic()
     turn = run_turn(plain_user, "hello")
@@ -438,14 +445,24 @@ def test_a_stream_stalled_midway_fails_and_keeps_the_words_so_far(use_llm, plain
 def test_an_endpoint_that_only_keeps_the_connection_warm_is_bounded_by_the_timeout(
     use_llm, plain_user
 ):
-    # SSE comments every 0.1 s for 4 s, no chunk: TIMEOUT is "for the whole request" (conf.py).
-    use_llm(TIMEOUT=0.5).script(trickle(4.0, "too late"))
+    # SSE comments every 0.1 s for 4 s, no chunk: STREAM_TIMEOUT bounds the wait for a chunk.
+    use_llm(STREAM_TIMEOUT=0.5).script(trickle(4.0, "too late"))
 
     started = time.monotonic()
     turn = run_turn(plain_user, "hello")
 
     assert time.monotonic() - started < 2.5
     assert of_type(turn, "RUN_ERROR")[0]["code"] == "llm_unavailable"
+
+
+def test_a_slow_first_chunk_is_waited_for_up_to_the_stream_timeout(use_llm, plain_user):
+    # a CPU model reading an uncached prompt: silent for longer than it takes to send a request
+    use_llm(TIMEOUT=0.5, STREAM_TIMEOUT=5).script(stall(1.5))
+
+    turn = run_turn(plain_user, "hello")
+
+    assert not of_type(turn, "RUN_ERROR")
+    assert stored(turn.conversation)[-1] == ("assistant", "too late", "complete")
 
 
 def test_no_model_configured_fails_the_turn_without_asking_anyone(use_llm, plain_user):

@@ -49,14 +49,14 @@ def test_ten_thousand_calls_in_one_reply_run_at_most_the_cap_and_are_audited_bou
     use_llm, plain_user
 ):
     peer = use_llm(MAX_TOOL_CALLS_PER_REPLY=4)
-    flood = [call("ping", {}, pieces=1) for _ in range(10_000)]
+    flood = [call("apong", {"times": times % 7}, pieces=1) for times in range(10_000)]
     peer.script(tool_calls(*flood), text("Sorry, too many."))
 
     started = time.monotonic()
     turn = run_turn(plain_user, "ping a lot")
 
     assert time.monotonic() - started < 30
-    assert audited() == [("ping", "executed")] * 4 + [("tool_calls", "over_limit")]
+    assert audited() == [("apong", "executed")] * 4 + [("tool_calls", "over_limit")]
     refusal = AuditEntry.objects.get(decision="over_limit")
     assert refusal.entities["refused"] == 9_996
     assert refusal.entities["limit"] == 4
@@ -82,15 +82,15 @@ def test_ten_thousand_calls_in_one_reply_run_at_most_the_cap_and_are_audited_bou
 def test_calls_past_the_turns_cap_are_not_run_and_the_model_is_told(use_llm, plain_user):
     peer = use_llm(MAX_TOOL_CALLS_PER_REPLY=4, MAX_TOOL_CALLS_PER_TURN=5)
     peer.script(
-        tool_calls(*[call("ping", {}) for _ in range(4)]),
-        tool_calls(*[call("ping", {}) for _ in range(3)]),
-        tool_calls(*[call("ping", {}) for _ in range(3)]),
+        tool_calls(*[call("apong", {"times": times}) for times in range(4)]),
+        tool_calls(*[call("apong", {"times": times}) for times in range(4, 7)]),
+        tool_calls(*[call("apong", {"times": times}) for times in range(7, 10)]),
         text("Done."),
     )
 
     turn = run_turn(plain_user, "ping a lot")
 
-    assert audited() == [("ping", "executed")] * 5 + [("tool_calls", "over_limit")] * 2
+    assert audited() == [("apong", "executed")] * 5 + [("tool_calls", "over_limit")] * 2
     refused = [told for _, told in fed_back(peer.requests[2]) if told["decision"] == "over_limit"]
     assert len(refused) == 2
     assert all(told["code"] == "too_many_tool_calls" for told in refused)

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
+from assistant.models import AuditEntry
 from assistant.turns.runs import run_turn
 from tests.audit_trail import audited
 from tests.openai_peer import call, raw, text, tool_calls
@@ -58,6 +59,8 @@ def test_every_call_shape_dispatches_each_call_once_and_sends_the_history_back(
     turn = run_turn(plain_user, "ping, and pong twice")
 
     assert audited() == [(operation, "executed", "rest") for operation, _ in shape.calls]
+    arrival = "text" if name.startswith("text_") else "native"  # (the audit says how it came)
+    assert set(AuditEntry.objects.values_list("arrival", flat=True)) == {arrival}
     calls = proposed(peer.requests[1])
     assert [
         (c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls
