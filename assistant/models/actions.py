@@ -119,9 +119,14 @@ class PendingAction(models.Model):
         CONFIRM_WITH_REASON = "confirm_with_reason", _("Confirm With Reason")
         TWO_PERSON = "two_person", _("Two Person")
 
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    id = models.UUIDField(
+        primary_key=True, default=uuid.uuid4, editable=False, verbose_name=_("ID")
+    )
     user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="assistant_pending_actions"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="assistant_pending_actions",
+        verbose_name=_("user"),
     )
     conversation = models.ForeignKey(
         Conversation,
@@ -129,41 +134,65 @@ class PendingAction(models.Model):
         blank=True,
         on_delete=models.SET_NULL,
         related_name="pending_actions",
+        verbose_name=_("conversation"),
     )
-    operation = models.CharField(max_length=64)
-    entities = models.JSONField(default=dict, encoder=DjangoJSONEncoder)  # sensitive ones redacted
-    entities_digest = models.CharField(max_length=64)
+    operation = models.CharField(max_length=64, verbose_name=_("operation"))
+    entities = models.JSONField(
+        default=dict, encoder=DjangoJSONEncoder, verbose_name=_("entities")
+    )  # sensitive ones redacted
+    entities_digest = models.CharField(max_length=64, verbose_name=_("entities digest"))
     # the sensitive entities, encrypted (``sealing``) while it waits; emptied once it is decided
-    sealed = models.TextField(blank=True, editable=False)
-    summary = models.TextField(blank=True)
+    sealed = models.TextField(blank=True, editable=False, verbose_name=_("sealed"))
+    summary = models.TextField(blank=True, verbose_name=_("summary"))
     # What will change, as the tool's prepare hook showed it: {"kind": "changes"|"rows"|"list"|"text", ...}
-    preview = models.JSONField(null=True, blank=True, encoder=DjangoJSONEncoder)
-    policy = models.CharField(max_length=24, choices=Policy.choices, default=Policy.CONFIRM)
+    preview = models.JSONField(
+        null=True, blank=True, encoder=DjangoJSONEncoder, verbose_name=_("preview")
+    )
+    policy = models.CharField(
+        max_length=24, choices=Policy.choices, default=Policy.CONFIRM, verbose_name=_("policy")
+    )
     # two_person: the permission ("app_label.codename") the second user must hold
-    approver_permission = models.CharField(max_length=150, blank=True)
+    approver_permission = models.CharField(
+        max_length=150, blank=True, verbose_name=_("approver permission")
+    )
     # what a dangerous action's approver types to approve (the object's name); empty: hold to confirm
-    confirm_phrase = models.CharField(max_length=200, blank=True)
-    reason = models.TextField(blank=True)  # confirm_with_reason: why the approver said yes
-    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
-    created_at = models.DateTimeField(default=timezone.now, editable=False)
-    expires_at = models.DateTimeField()
-    decided_at = models.DateTimeField(null=True, blank=True)
+    confirm_phrase = models.CharField(max_length=200, blank=True, verbose_name=_("confirm phrase"))
+    reason = models.TextField(
+        blank=True, verbose_name=_("reason")
+    )  # confirm_with_reason: why the approver said yes
+    status = models.CharField(
+        max_length=16, choices=Status.choices, default=Status.PENDING, verbose_name=_("status")
+    )
+    created_at = models.DateTimeField(
+        default=timezone.now, editable=False, verbose_name=_("created at")
+    )
+    expires_at = models.DateTimeField(verbose_name=_("expires at"))
+    decided_at = models.DateTimeField(null=True, blank=True, verbose_name=_("decided at"))
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,
         blank=True,
         on_delete=models.SET_NULL,
         related_name="+",
+        verbose_name=_("decided by"),
     )
     # what the decided action came to ({"decision", "text", "data"}), for a caller that asks again
-    result = models.JSONField(null=True, blank=True, encoder=DjangoJSONEncoder)
+    result = models.JSONField(
+        null=True, blank=True, encoder=DjangoJSONEncoder, verbose_name=_("result")
+    )
     # an MCP client's call that opened it (a digest): its retry finds this action, never a second
-    request_key = models.CharField(max_length=64, blank=True, db_index=True)
-    delivered_at = models.DateTimeField(null=True, blank=True)  # when that retry got the result
+    request_key = models.CharField(
+        max_length=64, blank=True, db_index=True, verbose_name=_("request key")
+    )
+    delivered_at = models.DateTimeField(
+        null=True, blank=True, verbose_name=_("delivered at")
+    )  # when that retry got the result
 
     objects: ClassVar[PendingActionQuerySet] = PendingActionQuerySet.as_manager()  # type: ignore[assignment]
 
     class Meta:
+        verbose_name = _("pending action")
+        verbose_name_plural = _("pending actions")
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["user", "status"], name="assistant_pending_user_status")]
 

@@ -59,35 +59,52 @@ class AuditEntry(models.Model):
         # a bound refused calls or ended a turn (count, size, time)
         OVER_LIMIT = "over_limit", _("Over Limit")
 
-    id = models.BigAutoField(primary_key=True)
-    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    id = models.BigAutoField(primary_key=True, verbose_name=_("ID"))
+    created_at = models.DateTimeField(
+        default=timezone.now, editable=False, verbose_name=_("created at")
+    )
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,
         blank=True,
         on_delete=models.SET_NULL,
         related_name="assistant_audit_entries",
+        verbose_name=_("user"),
     )
-    username = models.CharField(max_length=150, blank=True)
-    operation = models.CharField(max_length=64)
-    domain = models.CharField(max_length=64, blank=True)
+    username = models.CharField(max_length=150, blank=True, verbose_name=_("username"))
+    operation = models.CharField(max_length=64, verbose_name=_("operation"))
+    domain = models.CharField(max_length=64, blank=True, verbose_name=_("domain"))
     risk_level = models.CharField(
-        max_length=16, choices=[(level.value, level.value) for level in RiskLevel], blank=True
+        max_length=16,
+        choices=[(level.value, level.value) for level in RiskLevel],
+        blank=True,
+        verbose_name=_("risk level"),
     )
-    decision = models.CharField(max_length=32, choices=Decision.choices)
-    entities = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
-    duration_ms = models.FloatField(default=0)
-    error = models.TextField(blank=True)
-    reason = models.TextField(blank=True)  # the approver's reason, where the policy asks for one
-    source = models.CharField(max_length=16, blank=True)
+    decision = models.CharField(max_length=32, choices=Decision.choices, verbose_name=_("decision"))
+    entities = models.JSONField(
+        default=dict, blank=True, encoder=DjangoJSONEncoder, verbose_name=_("entities")
+    )
+    duration_ms = models.FloatField(default=0, verbose_name=_("duration (ms)"))
+    error = models.TextField(blank=True, verbose_name=_("error"))
+    reason = models.TextField(
+        blank=True, verbose_name=_("reason")
+    )  # the approver's reason, where the policy asks for one
+    source = models.CharField(max_length=16, blank=True, verbose_name=_("source"))
     client = models.CharField(
-        max_length=200, blank=True
+        max_length=200, blank=True, verbose_name=_("client")
     )  # an MCP client's name and version, a token's name
     # how a model proposed the call: its server's tool_calls, or JSON it wrote as its reply
-    arrival = models.CharField(max_length=8, choices=Arrival.choices, blank=True)
-    request_ip = models.GenericIPAddressField(null=True, blank=True)
+    arrival = models.CharField(
+        max_length=8, choices=Arrival.choices, blank=True, verbose_name=_("arrival")
+    )
+    request_ip = models.GenericIPAddressField(null=True, blank=True, verbose_name=_("request IP"))
     conversation = models.ForeignKey(
-        Conversation, null=True, blank=True, on_delete=models.SET_NULL, related_name="audit_entries"
+        Conversation,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="audit_entries",
+        verbose_name=_("conversation"),
     )
     pending_action = models.ForeignKey(
         PendingAction,
@@ -95,11 +112,13 @@ class AuditEntry(models.Model):
         blank=True,
         on_delete=models.SET_NULL,
         related_name="audit_entries",
+        verbose_name=_("pending action"),
     )
 
     objects: ClassVar[AuditQuerySet] = AuditQuerySet.as_manager()  # type: ignore[assignment]
 
     class Meta:
+        verbose_name = _("audit entry")
         ordering = ["-id"]
         verbose_name_plural = _("audit entries")
         indexes = [

@@ -16,14 +16,21 @@ class BudgetUsage(models.Model):
     """A user's language-model tokens on one day: what was spent, and what calls reserved."""
 
     user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="assistant_budget_usage"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="assistant_budget_usage",
+        verbose_name=_("user"),
     )
-    day = models.DateField()
-    spent_tokens = models.PositiveBigIntegerField(default=0)  # settled: what the calls spent
-    reserved_tokens = models.PositiveBigIntegerField(default=0)  # all the day's reservations
-    calls = models.PositiveIntegerField(default=0)
-    refusals = models.PositiveIntegerField(default=0)
-    updated_at = models.DateTimeField(default=timezone.now)
+    day = models.DateField(verbose_name=_("day"))
+    spent_tokens = models.PositiveBigIntegerField(
+        default=0, verbose_name=_("spent tokens")
+    )  # settled: what the calls spent
+    reserved_tokens = models.PositiveBigIntegerField(
+        default=0, verbose_name=_("reserved tokens")
+    )  # all the day's reservations
+    calls = models.PositiveIntegerField(default=0, verbose_name=_("calls"))
+    refusals = models.PositiveIntegerField(default=0, verbose_name=_("refusals"))
+    updated_at = models.DateTimeField(default=timezone.now, verbose_name=_("updated at"))
 
     class Meta:
         ordering = ["-day", "user_id"]
@@ -82,12 +89,16 @@ class BudgetUsage(models.Model):
 class BudgetReservation(models.Model):
     """Tokens held from a day's budget for one model call while it runs; gone once settled."""
 
-    usage = models.ForeignKey(BudgetUsage, on_delete=models.CASCADE, related_name="reservations")
-    tokens = models.PositiveIntegerField()
-    created_at = models.DateTimeField(default=timezone.now)
-    expires_at = models.DateTimeField()
+    usage = models.ForeignKey(
+        BudgetUsage, on_delete=models.CASCADE, related_name="reservations", verbose_name=_("usage")
+    )
+    tokens = models.PositiveIntegerField(verbose_name=_("tokens"))
+    created_at = models.DateTimeField(default=timezone.now, verbose_name=_("created at"))
+    expires_at = models.DateTimeField(verbose_name=_("expires at"))
 
     class Meta:
+        verbose_name = _("budget reservation")
+        verbose_name_plural = _("budget reservations")
         ordering = ["created_at"]
 
     def __str__(self) -> str:

@@ -46,42 +46,71 @@ class Job(models.Model):
 
     FINISHED = (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED)
 
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    operation = models.CharField(max_length=64, blank=True)
-    function = models.CharField(max_length=300)
-    args = models.JSONField(default=list, blank=True, encoder=DjangoJSONEncoder)
-    kwargs = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
+    id = models.UUIDField(
+        primary_key=True, default=uuid.uuid4, editable=False, verbose_name=_("ID")
+    )
+    operation = models.CharField(max_length=64, blank=True, verbose_name=_("operation"))
+    function = models.CharField(max_length=300, verbose_name=_("function"))
+    args = models.JSONField(
+        default=list, blank=True, encoder=DjangoJSONEncoder, verbose_name=_("arguments")
+    )
+    kwargs = models.JSONField(
+        default=dict, blank=True, encoder=DjangoJSONEncoder, verbose_name=_("keyword arguments")
+    )
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,
         blank=True,
         on_delete=models.SET_NULL,
         related_name="assistant_jobs",
+        verbose_name=_("user"),
     )
     conversation = models.ForeignKey(
-        Conversation, null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs"
+        Conversation,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="jobs",
+        verbose_name=_("conversation"),
     )
-    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
-    progress = models.PositiveSmallIntegerField(default=0)
-    progress_message = models.CharField(max_length=300, blank=True)
-    result = models.TextField(blank=True)
-    result_data = models.JSONField(null=True, blank=True, encoder=DjangoJSONEncoder)
-    error = models.TextField(blank=True)
-    cancel_requested = models.BooleanField(default=False)
-    worker = models.CharField(max_length=200, blank=True)
-    task_result_id = models.CharField(max_length=64, blank=True)
+    status = models.CharField(
+        max_length=16, choices=Status.choices, default=Status.QUEUED, verbose_name=_("status")
+    )
+    progress = models.PositiveSmallIntegerField(default=0, verbose_name=_("progress"))
+    progress_message = models.CharField(
+        max_length=300, blank=True, verbose_name=_("progress message")
+    )
+    result = models.TextField(blank=True, verbose_name=_("result"))
+    result_data = models.JSONField(
+        null=True, blank=True, encoder=DjangoJSONEncoder, verbose_name=_("result data")
+    )
+    error = models.TextField(blank=True, verbose_name=_("error"))
+    cancel_requested = models.BooleanField(default=False, verbose_name=_("cancel requested"))
+    worker = models.CharField(max_length=200, blank=True, verbose_name=_("worker"))
+    task_result_id = models.CharField(max_length=64, blank=True, verbose_name=_("task result ID"))
     completion_message = models.ForeignKey(
-        Message, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        Message,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("completion message"),
     )
-    created_at = models.DateTimeField(default=timezone.now, editable=False)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    heartbeat_at = models.DateTimeField(null=True, blank=True)
-    updated_at = models.DateTimeField(default=timezone.now, db_index=True)
+    created_at = models.DateTimeField(
+        default=timezone.now, editable=False, verbose_name=_("created at")
+    )
+    started_at = models.DateTimeField(null=True, blank=True, verbose_name=_("started at"))
+    finished_at = models.DateTimeField(null=True, blank=True, verbose_name=_("finished at"))
+    heartbeat_at = models.DateTimeField(null=True, blank=True, verbose_name=_("heartbeat at"))
+    updated_at = models.DateTimeField(
+        default=timezone.now, db_index=True, verbose_name=_("updated at")
+    )
 
     objects: ClassVar[JobQuerySet] = JobQuerySet.as_manager()  # type: ignore[assignment]
 
     class Meta:
+        verbose_name = _("job")
+        verbose_name_plural = _("jobs")
         ordering = ["-created_at"]
         indexes = [
             models.Index(fields=["user", "-created_at"], name="assistant_job_user_recent"),

@@ -8,23 +8,30 @@ from typing import Any
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 
 class ServerProcess(models.Model):
     """A server process that runs turns, by its heartbeat: one row per process, not per turn."""
 
-    name = models.CharField(max_length=64, primary_key=True)
-    host = models.CharField(max_length=255, blank=True)
-    pid = models.PositiveIntegerField(default=0)
-    started_at = models.DateTimeField(default=timezone.now)
-    beat_at = models.DateTimeField(default=timezone.now, db_index=True)
+    name = models.CharField(max_length=64, primary_key=True, verbose_name=_("name"))
+    host = models.CharField(max_length=255, blank=True, verbose_name=_("host"))
+    pid = models.PositiveIntegerField(default=0, verbose_name=_("PID"))
+    started_at = models.DateTimeField(default=timezone.now, verbose_name=_("started at"))
+    beat_at = models.DateTimeField(
+        default=timezone.now, db_index=True, verbose_name=_("last heartbeat at")
+    )
     # the oldest turn running at the last beat (None: none was): where its turns begin
-    oldest_turn_at = models.DateTimeField(null=True, blank=True)
+    oldest_turn_at = models.DateTimeField(null=True, blank=True, verbose_name=_("oldest turn at"))
     # the runs with no message of their own (answering an action, an AG-UI client's tool
     # results) going at the last beat: [{"conversation", "run", "reply", "started_at"}]
-    runs = models.JSONField(default=list, blank=True, encoder=DjangoJSONEncoder)
+    runs = models.JSONField(
+        default=list, blank=True, encoder=DjangoJSONEncoder, verbose_name=_("runs")
+    )
 
     class Meta:
+        verbose_name = _("server process")
+        verbose_name_plural = _("server processes")
         ordering = ["-beat_at"]
 
     def __str__(self) -> str:

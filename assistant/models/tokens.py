@@ -34,25 +34,36 @@ class AccessToken(models.Model):
 
     PREFIX = "dop_"
 
-    id = models.BigAutoField(primary_key=True)
+    id = models.BigAutoField(primary_key=True, verbose_name=_("ID"))
     user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="assistant_access_tokens"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="assistant_access_tokens",
+        verbose_name=_("user"),
     )
-    name = models.CharField(max_length=100)
-    key_prefix = models.CharField(max_length=16, editable=False)
-    digest = models.CharField(max_length=64, unique=True, editable=False)
+    name = models.CharField(max_length=100, verbose_name=_("name"))
+    key_prefix = models.CharField(max_length=16, editable=False, verbose_name=_("key prefix"))
+    digest = models.CharField(max_length=64, unique=True, editable=False, verbose_name=_("digest"))
     max_risk = models.CharField(
-        max_length=16, choices=[(level.value, level.value) for level in RiskLevel], blank=True
+        max_length=16,
+        choices=[(level.value, level.value) for level in RiskLevel],
+        blank=True,
+        verbose_name=_("maximum risk"),
     )
-    operations = models.JSONField(default=list, blank=True)  # empty: every operation
-    created_at = models.DateTimeField(default=timezone.now, editable=False)
-    expires_at = models.DateTimeField(null=True, blank=True)
-    last_used_at = models.DateTimeField(null=True, blank=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
+    operations = models.JSONField(
+        default=list, blank=True, verbose_name=_("operations")
+    )  # empty: every operation
+    created_at = models.DateTimeField(
+        default=timezone.now, editable=False, verbose_name=_("created at")
+    )
+    expires_at = models.DateTimeField(null=True, blank=True, verbose_name=_("expires at"))
+    last_used_at = models.DateTimeField(null=True, blank=True, verbose_name=_("last used at"))
+    revoked_at = models.DateTimeField(null=True, blank=True, verbose_name=_("revoked at"))
 
     objects: ClassVar[AccessTokenQuerySet] = AccessTokenQuerySet.as_manager()  # type: ignore[assignment]
 
     class Meta:
+        verbose_name_plural = _("personal access tokens")
         ordering = ["-created_at"]
         verbose_name = _("personal access token")
 

@@ -13,6 +13,7 @@ class Tool(models.Model):
         managed = False
         default_permissions = ()
         verbose_name = _("assistant tool")
+        verbose_name_plural = _("assistant tools")
 
     def __str__(self) -> str:
         return "assistant tool"

@@ -7,6 +7,7 @@ from string import Formatter
 from typing import Any
 
 from django.db import models, transaction
+from django.utils.translation import gettext, ngettext
 
 from ..conf import assistant_settings
 from ..core.llm_client import llm_configured, make_client
@@ -57,9 +58,12 @@ def llm_review(target: Any, options: dict[str, Any], run: Any) -> Verdict:
     """PASS/FAIL/WARN with a reason from the configured LLM; never a pass without one."""
     problem = llm_review_options(type(target), options)  # a task stored before these rules
     if problem:
-        return Verdict(outcome=Outcome.WARN, message=f"the rule's options are refused: {problem}")
+        return Verdict(
+            outcome=Outcome.WARN,
+            message=gettext("the rule's options are refused: %(problem)s") % {"problem": problem},
+        )
     if not llm_configured():
-        return Verdict(outcome=Outcome.WARN, message="no LLM configured")
+        return Verdict(outcome=Outcome.WARN, message=gettext("no LLM configured"))
     import openai
 
     config = assistant_settings.llm
@@ -84,12 +88,18 @@ def llm_review(target: Any, options: dict[str, Any], run: Any) -> Verdict:
         verdict = str(parsed.get("verdict", "")).upper()
         reason = str(parsed.get("reason", ""))
     except (openai.APIError, ValueError, AttributeError, IndexError) as exc:
-        return Verdict(outcome=Outcome.WARN, message=f"the LLM gave no verdict: {exc}")
+        return Verdict(
+            outcome=Outcome.WARN,
+            message=gettext("the LLM gave no verdict: %(error)s") % {"error": exc},
+        )
     finally:
         client.close()
     outcome = {"PASS": Outcome.PASS, "FAIL": Outcome.FAIL, "WARN": Outcome.WARN}.get(verdict)
     if outcome is None:
-        return Verdict(outcome=Outcome.WARN, message=f"the LLM answered {verdict!r}: {reason}")
+        answered = gettext("the LLM answered %(verdict)s: %(reason)s")
+        return Verdict(
+            outcome=Outcome.WARN, message=answered % {"verdict": repr(verdict), "reason": reason}
+        )
     return Verdict(outcome=outcome, message=reason, details={"model": config["MODEL"]})
 
 
@@ -107,12 +117,17 @@ def tool_access_matrix(target: Any, options: dict[str, Any], run: Any) -> list[V
     for tool in registry:
         if tool.risk_level == "dangerous" and not tool.requires_confirmation:
             verdicts.append(
-                Verdict(outcome=Outcome.FAIL, message=f"{tool.operation} runs without confirmation")
+                Verdict(
+                    outcome=Outcome.FAIL,
+                    message=gettext("%(operation)s runs without confirmation")
+                    % {"operation": tool.operation},
+                )
             )
     for role, expected in (options.get("roles") or {}).items():
         group = Group.objects.filter(name=role).first()
         if group is None:
-            verdicts.append(Verdict(outcome=Outcome.FAIL, message=f"role {role!r} does not exist"))
+            missing_role = gettext("role %(role)s does not exist") % {"role": repr(role)}
+            verdicts.append(Verdict(outcome=Outcome.FAIL, message=missing_role))
             continue
         with transaction.atomic():
             # A throwaway member of the role, rolled back with everything it touched.
@@ -128,12 +143,19 @@ def tool_access_matrix(target: Any, options: dict[str, Any], run: Any) -> list[V
             verdicts.append(
                 Verdict(
                     outcome=Outcome.FAIL,
-                    message=f"role {role!r}: catalog differs from what is expected",
+                    message=gettext("role %(role)s: catalog differs from what is expected")
+                    % {"role": repr(role)},
                     details={"missing": sorted(missing), "unexpected": sorted(extra)},
                 )
             )
         else:
-            verdicts.append(
-                Verdict(outcome=Outcome.PASS, message=f"role {role!r} sees {len(visible)} tools")
-            )
+            verdicts.append(Verdict(outcome=Outcome.PASS, message=_sees(role, len(visible))))
     return verdicts
+
+
+def _sees(role: str, count: int) -> str:
+    """The passing finding of a role: how many tools its catalog shows."""
+    sees = ngettext(
+        "role %(role)s sees %(count)d tool", "role %(role)s sees %(count)d tools", count
+    )
+    return sees % {"role": repr(role), "count": count}

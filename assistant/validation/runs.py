@@ -10,6 +10,7 @@ from typing import Any
 from django.contrib.contenttypes.models import ContentType
 from django.db import IntegrityError, models, transaction
 from django.utils import timezone
+from django.utils.translation import gettext
 
 from ..core.registry import ToolResult
 from ..exceptions import AssistantError, InvalidEntities
@@ -129,7 +130,10 @@ def execute_run(job: JobContext, run_id: int) -> ToolResult:
                     run,
                     "targets",
                     None,
-                    Verdict(outcome=Outcome.WARN, message="nothing to validate: no records match"),
+                    Verdict(
+                        outcome=Outcome.WARN,
+                        message=gettext("nothing to validate: no records match"),
+                    ),
                 )
             )
         for entry in task.rules:
@@ -204,7 +208,8 @@ def _verdicts(
         result = rule.check(target, options, run)
     except Exception as exc:
         logger.exception("Validation rule %s failed on %r", rule.name, target)
-        return [Verdict(outcome=Outcome.WARN, message=f"the rule could not run: {exc}")]
+        could_not_run = gettext("the rule could not run: %(error)s") % {"error": exc}
+        return [Verdict(outcome=Outcome.WARN, message=could_not_run)]
     return [result] if isinstance(result, Verdict) else list(result)
 
 

@@ -98,3 +98,70 @@ def test_a_validation_task_runs_now_in_french(admin_client: Client, world: dict[
     )
 
     assert "1 exécution lancée." in page_text(response)
+
+
+COLUMN = re.compile(
+    r'<th scope="col" class="[^"]*column-(\w+)[^"]*">.*?(?:<a [^>]*>|<span>)([^<]+)<', re.S
+)
+LABEL = re.compile(r'<div class="[^"]*field-(\w+)[^"]*">.*?<label[^>]*>([^<]+)</label>', re.S)
+
+
+def columns(text: str) -> dict[str, str]:
+    """A changelist's column headers, by the field or callable each shows."""
+    return {name: header.strip() for name, header in COLUMN.findall(text)}
+
+
+def labels(text: str) -> dict[str, str]:
+    """A change form's field labels, by field name (the label suffix dropped)."""
+    return {name: label.strip().removesuffix(":").strip() for name, label in LABEL.findall(text)}
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        (AUDIT, {"username": "Nom d’utilisateur", "operation": "Opération"}),
+        (JOBS, {"created_at": "Créé le", "operation": "Opération", "user": "Utilisateur"}),
+        (CONVERSATIONS, {"title": "Titre", "user": "Utilisateur", "updated_at": "Mis à jour le"}),
+    ],
+)
+def test_a_changelists_column_headers_are_french(
+    admin_client: Client, world: dict[str, Any], path: str, expected: dict[str, str]
+) -> None:
+    shown = columns(french_page(admin_client, path))
+
+    assert {name: shown.get(name) for name in expected} == expected
+
+
+@pytest.mark.parametrize(
+    ("record", "expected"),
+    [
+        (
+            "entry",
+            {"username": "Nom d’utilisateur", "risk_level": "Niveau de risque", "source": "Source"},
+        ),
+        ("job", {"function": "Fonction", "progress_message": "Message de progression"}),
+        ("conversation", {"title": "Titre", "updated_at": "Mis à jour le"}),
+    ],
+)
+def test_a_change_forms_field_labels_are_french(
+    admin_client: Client, world: dict[str, Any], record: str, expected: dict[str, str]
+) -> None:
+    path = f"{CHANGE_PAGES[record]}{world[record].pk}/change/"
+
+    shown = labels(french_page(admin_client, path))
+
+    assert {name: shown.get(name) for name in expected} == expected
+
+
+def test_the_model_names_are_french_in_the_navigation(
+    admin_client: Client, world: dict[str, Any]
+) -> None:
+    text = french_page(admin_client, JOBS)
+
+    for name in [
+        "Tâches de fond",
+        "Conversations",
+        "Tâches de validation",
+        "Exécutions de validation",
+    ]:
+        assert f">{name}<" in text, name

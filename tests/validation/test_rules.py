@@ -8,6 +8,7 @@ import pytest
 from django.conf import settings as django_settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
+from django.utils import translation
 
 from assistant.core.registry import registry
 from assistant.models import ValidationRun, ValidationTask
@@ -200,6 +201,18 @@ def test_every_role_seeing_exactly_its_expected_tools_passes(run_now, roles):
     ]
     assert run.findings.filter(target_type__isnull=False).count() == 0
     assert validation_users() == []
+
+
+def test_a_run_in_french_records_its_findings_in_french(run_now, roles):
+    task = matrix_task({"nobody": PUBLIC, "ghosts": []})
+
+    with translation.override("fr"):
+        run = run_now(task)
+
+    assert sorted(message for *_, message in findings(run)) == [
+        "le rôle 'ghosts' n’existe pas",
+        f"le rôle 'nobody' voit {len(PUBLIC)} outils",
+    ]
 
 
 def test_a_role_whose_catalog_differs_fails_naming_the_missing_and_unexpected_tools(run_now, roles):

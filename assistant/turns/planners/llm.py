@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import openai
 from asgiref.sync import sync_to_async
-from django.utils.translation import gettext
+from django.utils.translation import gettext, gettext_noop
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from ... import telemetry
@@ -34,7 +34,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("assistant.planner.llm")
 RESULT_LIMIT = 4000  # characters of a tool result the model sees; the UI gets everything
-FALLBACK_NOTICE = "The language model is unavailable; I answered with simple keyword matching.\n\n"
+FALLBACK_NOTICE = gettext_noop(
+    "The language model is unavailable; I answered with simple keyword matching.\n\n"
+)
 DONE_NOTE = (
     "Done. Answer the user from this result now; call another tool only if the request needs "
     "a different one."
@@ -168,7 +170,7 @@ class LLMPlanner:
             await turn.emit(
                 events.custom("assistant.notice", {"code": exc.code, "message": exc.message})
             )
-            await turn.say(FALLBACK_NOTICE)
+            await turn.say(gettext(FALLBACK_NOTICE))
             await fallback.run(turn, intents)
 
     async def converse(
@@ -206,9 +208,10 @@ class LLMPlanner:
             if turn.interrupts or turn.client_calls:
                 return  # the run waits for the user's decision, or the client's results
             if memory.stuck(len(calls)):
-                await turn.say(STUCK_NOTICE)
+                await turn.say(gettext(STUCK_NOTICE))
                 return
-        await turn.say(f"\n\n(I stopped after {config['MAX_STEPS']} steps.)")
+        stopped = gettext("(I stopped after %(steps)s steps.)") % {"steps": config["MAX_STEPS"]}
+        await turn.say(f"\n\n{stopped}")
 
     async def run_call(
         self, turn: Turn, memory: CallMemory, call: dict[str, Any], arguments: Any

@@ -12,9 +12,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django.utils.translation import gettext_noop
+
 from ...core.registry import ToolRegistry
 
-STUCK_NOTICE = "\n\n(I stopped: the model kept asking again for a call answered above.)"
+STUCK_NOTICE = gettext_noop(
+    "\n\n(I stopped: the model kept asking again for a call answered above.)"
+)
 STUCK_AFTER = 2  # model replies in a row made only of repeats: then the turn ends
 NOTE = (
     "You already made this exact call in this turn; this is its earlier result, it was not run "
