@@ -47,16 +47,17 @@ def meanwhile(change: Callable[[], Any], reply: Reply) -> Reply:
 
 
 def two_pings(peer: Any, change: Callable[[], Any]) -> None:
-    """A model that calls ping, then (``change`` made while it thinks) ping again, then speaks."""
+    """A model that calls ping, then (``change`` made while it thinks) apong, then speaks (a
+    second, different call: an identical one would be answered with the first's result)."""
     peer.script(
         tool_calls(call("ping")),
-        meanwhile(change, tool_calls(call("ping"))),
+        meanwhile(change, tool_calls(call("apong"))),
         text("never asked"),
     )
 
 
-def decisions(operation: str) -> list[tuple[str, str]]:
-    entries = AuditEntry.objects.filter(operation=operation).order_by("pk")
+def decisions(*operations: str) -> list[tuple[str, str]]:
+    entries = AuditEntry.objects.filter(operation__in=operations).order_by("pk")
     return [(entry.decision, entry.source) for entry in entries]
 
 
@@ -100,7 +101,7 @@ def test_over_rest_a_token_revoked_while_the_model_thinks_stops_the_next_tool_ca
     assert body["code"] == "token_revoked"
     assert "revoked" in body["detail"]
     assert response.headers["WWW-Authenticate"] == 'Bearer realm="assistant"'
-    assert decisions("ping") == [("executed", "rest"), ("denied", "rest")]
+    assert decisions("ping", "apong") == [("executed", "rest"), ("denied", "rest")]
     assert "revoked" in AuditEntry.objects.get(decision="denied").error
     assert len(peer.requests) == 2  # no model call after it either
     reply = Message.objects.get(role="assistant")
@@ -120,7 +121,7 @@ def test_over_rest_a_password_changed_while_the_model_thinks_ends_the_sessions_r
 
     assert response.status_code == 401, response.content
     assert response.json()["code"] == "session_ended"
-    assert decisions("ping") == [("executed", "rest"), ("denied", "rest")]
+    assert decisions("ping", "apong") == [("executed", "rest"), ("denied", "rest")]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -168,7 +169,7 @@ def test_over_ag_ui_a_token_revoked_while_the_model_thinks_stops_the_next_tool_c
         "pong for plain",
         events[-1].message,
     ]
-    assert decisions("ping") == [("executed", "agui"), ("denied", "agui")]
+    assert decisions("ping", "apong") == [("executed", "agui"), ("denied", "agui")]
     assert len(peer.requests) == 2
 
 
@@ -183,7 +184,7 @@ def test_over_ag_ui_a_drf_token_deleted_while_the_model_thinks_stops_the_next_to
     events = client.run(run_input("ping twice"))
 
     assert (events[-1].type, events[-1].code) == (EventType.RUN_ERROR, "token_revoked")
-    assert decisions("ping") == [("executed", "agui"), ("denied", "agui")]
+    assert decisions("ping", "apong") == [("executed", "agui"), ("denied", "agui")]
 
 
 def revoke_once_running(token: AccessToken) -> threading.Thread:
@@ -351,7 +352,7 @@ async def test_a_session_deleted_while_the_model_thinks_stops_the_sockets_next_t
     frames = await receive_run(socket)
 
     assert (frames[-1]["type"], frames[-1]["code"]) == ("RUN_ERROR", "session_ended")
-    assert await sync_to_async(decisions)("ping") == [
+    assert await sync_to_async(decisions)("ping", "apong") == [
         ("executed", "websocket"),
         ("denied", "websocket"),
     ]

@@ -92,7 +92,7 @@ async def test_forty_turns_await_their_model_at_once_on_four_threads_holding_no_
     settings: Any, use_llm: Any, plain_user: Any
 ) -> None:
     settings.ASSISTANT = {**settings.ASSISTANT, "TURN_THREADS": THREADS, "LANE_IDLE_CLOSE": 0}
-    peer = use_llm(TIMEOUT=MODEL_SECONDS * 2)
+    peer = use_llm(TIMEOUT=MODEL_SECONDS * 2, STREAM_TIMEOUT=MODEL_SECONDS * 2)
     peer.script(
         *[Reply(stall_before=MODEL_SECONDS, deltas=("answered",)) for _ in range(IN_FLIGHT)]
     )
