@@ -24,6 +24,9 @@ HARMLESS = [
     "default:ping",
 ]
 
+# fuzzing: run on the newest Python and Django (the code fuzzed is the same on each)
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("operation", sorted(TOOLS))
