@@ -197,6 +197,7 @@ ASSISTANT = {
         "BASE_URL": os.environ.get("ASSISTANT_LLM_BASE_URL"),
         "MODEL": os.environ.get("ASSISTANT_LLM_MODEL", "gpt-4o-mini"),
         "STREAM_TIMEOUT": float(os.environ.get("ASSISTANT_LLM_STREAM_TIMEOUT", "120")),
+        "TEMPERATURE": float(os.environ.get("ASSISTANT_LLM_TEMPERATURE", "0.2")),
         "FALLBACK_TO_KEYWORDS": True,
     },
 }

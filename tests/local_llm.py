@@ -131,6 +131,7 @@ def evaluate(url: str, smoke: bool, workdir: Path) -> int:
         "ASSISTANT_LLM_BASE_URL": url,
         "ASSISTANT_LLM_MODEL": MODEL_NAME,
         "ASSISTANT_LLM_STREAM_TIMEOUT": "600",  # two shared cores read an uncached prompt slowly
+        "ASSISTANT_LLM_TEMPERATURE": "0",  # greedy: a case fails or passes the same on each run
     }
     for command in (["migrate", "-v", "0"], ["demo_users"], ["demo_dashboards"]):
         if manage(env, *command) != 0:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -63,6 +64,7 @@ class Reply:
     # elsewhere while the model thinks: a token revoked, a session ended)
     meanwhile: Callable[[], None] | None = None
     every: float = 0.05  # then="forever": seconds between the words that keep coming
+    hang_up: bool = False  # read the request, then close the connection without a word
 
     @property
     def finish_reason(self) -> str:
@@ -100,6 +102,12 @@ def stall(seconds: float = LONGEST_STALL) -> Reply:
     return Reply(stall_before=seconds, deltas=("too late",))
 
 
+def hang_up() -> Reply:
+    """Read the request and close the connection without answering: what a client sees when it
+    reuses a keep-alive connection the server closed at that moment (llama.cpp's server does)."""
+    return Reply(hang_up=True)
+
+
 def trickle(seconds: float, *deltas: str) -> Reply:
     """Keep the connection warm with SSE comments for ``seconds`` before any real chunk."""
     return Reply(trickle=seconds, deltas=deltas)
@@ -117,6 +125,7 @@ class Peer:
     url: str = ""
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
+    targets: list[str] = field(default_factory=list)  # each request's target, as sent
     refuses_stream_options: bool = False  # answer 400, as some older local servers do
     _queue: deque[Reply] = field(default_factory=deque)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -167,7 +176,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length)
-        if self.path.rstrip("/") != "/v1/chat/completions":
+        self.server.peer.targets.append(self.path)  # absolute when it came as a proxy's request
+        if urlsplit(self.path).path.rstrip("/") != "/v1/chat/completions":
             self._json(404, {"error": {"message": f"No route {self.path}", "type": "not_found"}})
             return
         body = json.loads(raw or b"{}")
@@ -180,6 +190,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _play(self, reply: Reply, body: dict[str, Any], peer: Peer) -> None:
         if reply.meanwhile is not None:
             reply.meanwhile()
+        if reply.hang_up:
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
         if reply.stall_before and not peer._sleep(reply.stall_before):
             return
         if reply.error is not None:

@@ -3,6 +3,13 @@
 Turns share one async client per event loop and configuration (``shared_async_client``): one
 HTTP connection pool with keep-alive, built once. Every client this module makes verifies TLS
 with one SSL context made once per process: building a client costs no CA-bundle load.
+
+The openai package's own retries are off (``max_retries=0``): a turn has its deadline and budget,
+and an error the server answered (429, 5xx) is the turn's to report, not to repeat. One failure
+is sent again, once: a request the server closed the connection on without answering a byte
+(a keep-alive connection it closed as the client reused it; llama.cpp's server does this between
+streamed replies). It cannot have been answered, so nothing of it was charged; a timeout is never
+sent again, since the server may still be working on it.
 """
 
 from __future__ import annotations
@@ -62,11 +69,59 @@ def _client_options(config: dict[str, Any]) -> dict[str, Any]:
     return {**options, "timeout": openai.Timeout(options["timeout"], read=read)}
 
 
+@functools.cache
+def _http_clients() -> tuple[type[Any], type[Any]]:
+    """openai's sync and async HTTP clients, sending a request the server hung up on once more.
+
+    At the client, not a transport: a transport of our own would turn off the proxies the
+    environment names (``HTTPS_PROXY``), which the openai package's clients honour.
+    """
+    import httpx2  # what the openai package speaks HTTP with (a dependency of openai>=3.50)
+    import openai
+
+    unanswered = (httpx2.RemoteProtocolError, httpx2.ReadError, httpx2.WriteError)
+
+    def resent(exc: Exception) -> None:
+        logger.info("The model server closed the connection unanswered (%s): sending again", exc)
+
+    class Resending(openai.DefaultHttpxClient):
+        def send(self, request: Any, *, stream: bool = False, **options: Any) -> Any:
+            try:  # (streamed, it returns at the headers: an error here is no answer at all)
+                response = super().send(request, stream=True, **options)
+            except unanswered as exc:
+                resent(exc)
+                response = super().send(request, stream=True, **options)
+            if not stream:
+                try:
+                    response.read()
+                except BaseException:
+                    response.close()
+                    raise
+            return response
+
+    class AsyncResending(openai.DefaultAsyncHttpxClient):
+        async def send(self, request: Any, *, stream: bool = False, **options: Any) -> Any:
+            try:
+                response = await super().send(request, stream=True, **options)
+            except unanswered as exc:
+                resent(exc)
+                response = await super().send(request, stream=True, **options)
+            if not stream:
+                try:
+                    await response.aread()
+                except BaseException:
+                    await response.aclose()
+                    raise
+            return response
+
+    return Resending, AsyncResending
+
+
 def make_client(config: dict[str, Any] | None = None) -> openai.OpenAI:
     """A client of ``config`` (``assistant_settings.llm`` by default); close it when done."""
     import openai
 
-    http = openai.DefaultHttpxClient(verify=tls_context())
+    http = _http_clients()[0](verify=tls_context())
     options = _client_options(assistant_settings.llm if config is None else config)
     return openai.OpenAI(**options, http_client=http)
 
@@ -75,7 +130,7 @@ def make_async_client(config: dict[str, Any] | None = None) -> openai.AsyncOpenA
     """The async twin of ``make_client``."""
     import openai
 
-    http = openai.DefaultAsyncHttpxClient(verify=tls_context())
+    http = _http_clients()[1](verify=tls_context())
     options = _client_options(assistant_settings.llm if config is None else config)
     return openai.AsyncOpenAI(**options, http_client=http)
 

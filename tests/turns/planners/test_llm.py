@@ -21,7 +21,16 @@ from assistant.stream.broadcast import group_name
 from assistant.turns.planners.llm import DONE_NOTE, FALLBACK_NOTICE, RESULT_LIMIT
 from assistant.turns.runs import arun_turn, run_turn
 from tests.audit_trail import audited
-from tests.openai_peer import call, closed_port_url, error, stall, text, tool_calls, trickle
+from tests.openai_peer import (
+    call,
+    closed_port_url,
+    error,
+    hang_up,
+    stall,
+    text,
+    tool_calls,
+    trickle,
+)
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm
 from tests.testapp.models import Order
@@ -489,6 +498,45 @@ def test_a_dropped_connection_midway_fails_without_falling_back(use_llm, plain_u
         ("user", "ping", "complete"),
         ("assistant", "Half an ans", "failed"),
     ]
+
+
+def test_a_request_the_server_hung_up_on_unanswered_is_sent_once_more(use_llm, plain_user):
+    # llama.cpp's server closes keep-alive connections as the client reuses them: the request
+    # goes out and the connection closes with no answer. Sent again, on a new connection, it
+    # is answered; the user never hears of it.
+    peer = use_llm()
+    peer.script(tool_calls(call("ping")), hang_up(), text("All ", "good."))
+
+    turn = run_turn(plain_user, "ping")
+
+    assert turn.assistant_message.text == "All good."
+    assert turn.assistant_message.status == "complete"
+    assert len(peer.requests) == 3
+    assert peer.requests[2] == peer.requests[1]  # the same request, resent
+    assert audited() == [("ping", "executed", "rest")]  # the tool ran once
+
+
+def test_a_server_that_hangs_up_twice_fails_the_turn_after_two_tries(use_llm, plain_user):
+    peer = use_llm()
+    peer.script(hang_up(), hang_up(), text("never sent"))
+
+    turn = run_turn(plain_user, "ping")
+
+    assert of_type(turn, "RUN_ERROR")[0]["code"] == "llm_unavailable"
+    assert len(peer.requests) == 2
+    assert peer.unplayed == 1
+    assert stored(turn.conversation)[-1][2] == "failed"
+
+
+def test_a_request_that_timed_out_is_not_sent_again(use_llm, plain_user):
+    # The server may still be working on it: a second copy would double the cost and the wait.
+    peer = use_llm(STREAM_TIMEOUT=0.5)
+    peer.script(stall(2), text("never sent"))
+
+    turn = run_turn(plain_user, "ping")
+
+    assert of_type(turn, "RUN_ERROR")[0]["code"] == "llm_unavailable"
+    assert len(peer.requests) == 1
 
 
 def test_a_dead_endpoint_fails_the_turn_when_there_is_no_fallback(settings, plain_user):
