@@ -532,6 +532,16 @@ LLM_SETTINGS: dict[str, Setting] = {
         "<tool_call> tags, naming a tool the user may call) is run as a call, as small local "
         "models write them; False: such a reply is shown as words",
     ),
+    "CONFIRM_AFTER_RESULTS": Setting(
+        default=True,
+        accepts=_is_bool,
+        expected="True or False",
+        example="True",
+        doc="a call the model proposes once a tool's output is in what it read (any earlier "
+        "result of the turn or its history) asks the user first when its tool is not safe and "
+        "would otherwise run unasked: text inside a result cannot start work nobody asked for "
+        "(prompt injection); False: the tools' approval policies alone decide",
+    ),
     "MAX_STEPS": Setting(
         default=5,
         accepts=_positive_int,

@@ -57,6 +57,7 @@ class CallContext(NamedTuple):
     credential: Credential | None = None  # a run's: confirmed still to hold before the call
     call_id: str = ""  # the model's id for this tool call, for its trace (gen_ai.tool.call.id)
     arrival: str = ""  # a model's call: "native" (tool_calls) or "text" (written as JSON)
+    after_results: bool = False  # a model's call proposed with a tool's output in what it read
 
     def but(self, **changes: Any) -> CallContext:
         """This context with some fields changed (a child stop token, the action's conversation)."""

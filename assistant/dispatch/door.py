@@ -100,7 +100,17 @@ def open_action(call: Call) -> Outcome:
     tool, prepared = call.tool, call.prepared
     assert tool is not None
     stored = storable(call.values)
-    approval = policy_for(tool)
+    approval = policy_for(tool, call.context)
+    summary = (
+        prepared.summary
+        if prepared is not None and prepared.summary
+        else _confirmation_summary(tool, redacted_entities(tool, stored))
+    )
+    if approval.steered:
+        summary += " " + gettext(
+            "(Asked first: the assistant proposed this after reading a tool's output, which "
+            "may have steered it.)"
+        )
     try:
         call.action = PendingAction.open(
             user=call.context.user,
@@ -108,9 +118,7 @@ def open_action(call: Call) -> Outcome:
             entities=stored,
             ttl_seconds=assistant_settings.CONFIRMATION_TTL,
             conversation=call.context.conversation,
-            summary=prepared.summary
-            if prepared is not None and prepared.summary
-            else _confirmation_summary(tool, redacted_entities(tool, stored)),
+            summary=summary,
             preview=prepared.preview if prepared is not None else None,
             confirm_phrase=prepared.confirm_phrase if prepared is not None else "",
             policy=approval.policy,
@@ -132,7 +140,7 @@ def open_action(call: Call) -> Outcome:
 def gated(call: Call) -> bool:
     """Whether the gate stops this call: its policy asks first and it is not a confirmed action's."""
     assert call.tool is not None
-    return not call.confirmed and policy_for(call.tool).asks
+    return not call.confirmed and policy_for(call.tool, call.context).asks
 
 
 # -- the doors ------------------------------------------------------------------------------------

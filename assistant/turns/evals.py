@@ -138,8 +138,11 @@ class EvalTurn(Turn):
         refusal: bool = False,
         reply: Reply | None = None,  # (nothing is stored)
         arrival: str = "",
+        after_results: bool = False,
     ) -> Outcome:
-        outcome = await sync_to_async(judge)(operation, entities, self.user, self.site)
+        outcome = await sync_to_async(judge)(
+            operation, entities, self.user, self.site, after_results=after_results
+        )
         if outcome.result is not None and operation in self.results:
             outcome.result = ToolResult(text=self.results[operation])
         self.outcomes.append(outcome)
@@ -153,12 +156,15 @@ class EvalTurn(Turn):
         return outcome
 
 
-def judge(operation: str, entities: Any, user: Any, site: ToolRegistry) -> Outcome:
+def judge(
+    operation: str, entities: Any, user: Any, site: ToolRegistry, *, after_results: bool = False
+) -> Outcome:
     """What dispatch would decide for this call, short of running it (nothing is audited).
 
     Dispatch's own steps: lookup, validation, the tool and the object permission checks.
     """
-    outcome = preview(operation, entities, CallContext(user=user, source="eval", site=site))
+    context = CallContext(user=user, source="eval", site=site, after_results=after_results)
+    outcome = preview(operation, entities, context)
     if outcome.error is None:
         outcome.result = ToolResult(text=NOT_RUN)
     return outcome

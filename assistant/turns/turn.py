@@ -324,6 +324,7 @@ class Turn:
         refusal: bool = False,
         reply: Reply | None = None,
         arrival: str = "",
+        after_results: bool = False,
     ) -> Outcome:
         """Dispatch one intent (the only door) and stream the call and its result.
 
@@ -333,6 +334,8 @@ class Turn:
         the turn's outcomes: the reply is stored in the call's own sync hop (``finish`` checks
         it, and corrects it where the turn ended otherwise).
         ``arrival``: how a model's call came, "native" or "text" (the audit keeps it).
+        ``after_results``: the model proposed it with a tool's output in what it read (the
+        approval may ask first, ``LLM["CONFIRM_AFTER_RESULTS"]``).
         """
         tool_call_id = tool_call_id or f"call_{uuid.uuid4().hex[:16]}"
         self.identify(operation, entities)
@@ -346,7 +349,9 @@ class Turn:
             await self.announce_call(tool_call_id, operation, json.dumps(shown))
         then = None if reply is None else functools.partial(self._store_ahead, tool_call_id, reply)
         try:
-            context = self.step_context().but(call_id=tool_call_id, arrival=arrival)
+            context = self.step_context().but(
+                call_id=tool_call_id, arrival=arrival, after_results=after_results
+            )
             outcome = await adispatch(operation, entities, context=context, then=then)
         except DispatchCancelled as stopped:
             await asyncio.shield(self.record(stopped.outcome, tool_call_id))

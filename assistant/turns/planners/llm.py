@@ -190,6 +190,8 @@ class LLMPlanner:
         tally = Tally()
         memory = CallMemory(turn.site)
         for _ in range(config["MAX_STEPS"]):
+            # (what a result said may steer the calls of this reply: they may be asked first)
+            read = any(message.get("role") == "tool" for message in messages)
             calls = await self.step(turn, client, config, messages, tools, tally)
             if not calls:
                 return
@@ -202,7 +204,7 @@ class LLMPlanner:
                 if call["name"] in own:  # the client runs it; never dispatched here
                     await turn.propose_client_call(call["id"], own[call["name"]], call["arguments"])
                     continue
-                told = await self.run_call(turn, memory, call, arguments)
+                told = await self.run_call(turn, memory, call, arguments, after_results=read)
                 messages.append({"role": "tool", "tool_call_id": call["id"], "content": told})
             await refused.tell(turn, messages)
             if turn.interrupts or turn.client_calls:
@@ -214,7 +216,13 @@ class LLMPlanner:
         await turn.say(f"\n\n{stopped}")
 
     async def run_call(
-        self, turn: Turn, memory: CallMemory, call: dict[str, Any], arguments: Any
+        self,
+        turn: Turn,
+        memory: CallMemory,
+        call: dict[str, Any],
+        arguments: Any,
+        *,
+        after_results: bool = False,
     ) -> str:
         """Dispatch one call (an identical earlier one's result instead): what the model is told."""
         earlier = memory.earlier(call["name"], arguments)
@@ -222,7 +230,11 @@ class LLMPlanner:
             turn.repeats.append(call["name"][:64])
             return earlier
         outcome = await turn.call(
-            call["name"], arguments, tool_call_id=call["id"], arrival=call["arrival"]
+            call["name"],
+            arguments,
+            tool_call_id=call["id"],
+            arrival=call["arrival"],
+            after_results=after_results,
         )
         told = result_for_model(outcome)
         memory.remember(call["name"], arguments, told)
