@@ -85,6 +85,7 @@ class OpenSpan:
     span: trace.Span
     noted: dict[str, Any] = field(default_factory=dict)
     failed: str = ""
+    settled: bool = False  # what its operation came to is recorded: an exception changes nothing
 
     def set(self, name: str, value: Any) -> None:
         if value is None or value == "" or value == []:
@@ -193,7 +194,7 @@ class Telemetry:
         try:
             yield opened
         except BaseException as exc:
-            if not opened.failed:
+            if not opened.failed and not opened.settled:
                 opened.fail(error_type(exc))
             raise
         finally:
@@ -291,45 +292,50 @@ class Telemetry:
                     span.noted[name], {**measured, "gen_ai.token.type": token_type}
                 )
 
-    def tool_called(self, call: Any, outcome: Any) -> None:
-        tool = outcome.tool or outcome.audit_tool
-        name = tool.operation if tool is not None else str(outcome.operation)[:64]
-        decision = str(outcome.audit_decision or outcome.decision)
-        shown = outcome.entities if outcome.audit_entities is None else outcome.audit_entities
+    def tool_span(self, call: Any) -> contextlib.AbstractContextManager[OpenSpan]:
+        """A call's ``execute_tool`` span from the door on: the parent of what its steps and its
+        handler start (``tool_called`` adds what it came to)."""
+        name = tool_name(call.tool, call.operation)
         context = call.context
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": name,
             "gen_ai.tool.type": "function",
-            "gen_ai.tool.description": tool.description if tool is not None else None,
-            "gen_ai.tool.call.id": getattr(context, "call_id", "") or None,
+            "gen_ai.tool.call.id": context.call_id or None,
             "gen_ai.conversation.id": str(context.conversation.pk)
             if context.conversation
             else None,
-            self.names.arguments: json.dumps(shown, default=str),  # redacted as the audit stores it
-            "assistant.audit_entry_id": outcome.audit_id,
-            "assistant.decision": decision,
-            "assistant.risk_level": tool.risk_level.value if tool is not None else None,
             "assistant.source": context.source,
         }
+        return self.opened(f"execute_tool {name}", SpanKind.INTERNAL, attributes)
+
+    def tool_called(self, span: Any, call: Any, outcome: Any) -> None:
+        tool = outcome.tool or outcome.audit_tool
+        name = tool_name(tool, outcome.operation)
+        decision = str(outcome.audit_decision or outcome.decision)
+        shown = outcome.entities if outcome.audit_entities is None else outcome.audit_entities
+        if span.noted.get("gen_ai.tool.name") != name:  # (a hidden tool's call: found by audit)
+            span.span.update_name(f"execute_tool {name}")
+            span.set("gen_ai.tool.name", name)
+        span.set("gen_ai.tool.description", tool.description if tool is not None else None)
+        span.set(self.names.arguments, json.dumps(shown, default=str))  # redacted as audited
+        span.set("assistant.audit_entry_id", outcome.audit_id)
+        span.set("assistant.decision", decision)
+        span.set("assistant.risk_level", tool.risk_level.value if tool is not None else None)
         if assistant_settings.TELEMETRY_RESULTS and outcome.result is not None:
             secrets = sensitive_values(tool, call.values or call.raw)
-            attributes[self.names.result] = redact_text(str(outcome.result.text), secrets)
-        elapsed = int(outcome.duration_ms * 1_000_000)
-        span = self.tracer.start_span(
-            f"execute_tool {name}",
-            kind=SpanKind.INTERNAL,
-            start_time=time.time_ns() - elapsed,
-        )
-        recorded = OpenSpan(span)
-        for key, value in attributes.items():
-            recorded.set(key, value)
+            span.set(self.names.result, redact_text(str(outcome.result.text), secrets))
         if decision not in NOT_ERRORS:
-            recorded.fail(outcome.code or decision)
-        span.end()
+            span.fail(outcome.code or decision)
+        span.settled = True
         self.instruments.tool_calls.add(
             1, {"gen_ai.tool.name": name, "assistant.decision": decision}
         )
+
+
+def tool_name(tool: Any, operation: Any) -> str:
+    """A call's tool name: its tool's operation, else what the caller asked for (cut short)."""
+    return tool.operation if tool is not None else str(operation)[:64]
 
 
 def server_of(base_url: Any) -> dict[str, Any]:
