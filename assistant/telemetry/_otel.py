@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -30,7 +31,30 @@ BASELINE_VERSION = "1.36.0"
 OPT_IN = "gen_ai_latest_experimental"
 SCOPE = "django-ops-assistant"
 DEFAULT_SERVICE = "django-ops-assistant"
-PROVIDER = "openai"  # the planner speaks OpenAI's chat completions, whoever serves them
+# gen_ai.provider.name of the hosted endpoints the conventions name (v1.41.0's well-known values),
+# by the host of ``LLM["BASE_URL"]``; any other endpoint (a local server, a proxy) is named
+# OTHER_PROVIDER, a custom value as the conventions allow: "openai" would count its calls as
+# OpenAI's. ``LLM["PROVIDER_NAME"]`` names it instead.
+PROVIDER_HOSTS = [
+    (re.compile(pattern), provider)
+    for pattern, provider in (
+        (r"api\.openai\.com", "openai"),
+        (r"[a-z0-9-]+\.(openai\.azure|cognitiveservices\.azure)\.com", "azure.ai.openai"),
+        (r"models\.inference\.ai\.azure\.com", "azure.ai.inference"),
+        (r"generativelanguage\.googleapis\.com", "gcp.gemini"),
+        (r"([a-z0-9-]+-)?aiplatform\.googleapis\.com", "gcp.vertex_ai"),
+        (r"api\.anthropic\.com", "anthropic"),
+        (r"bedrock-runtime(-fips)?\.[a-z0-9-]+\.amazonaws\.com", "aws.bedrock"),
+        (r"api\.mistral\.ai", "mistral_ai"),
+        (r"api\.groq\.com", "groq"),
+        (r"api\.deepseek\.com", "deepseek"),
+        (r"api\.x\.ai", "x_ai"),
+        (r"api\.perplexity\.ai", "perplexity"),
+        (r"api\.cohere\.(ai|com)", "cohere"),
+        (r"[a-z0-9-]+\.ml\.cloud\.ibm\.com", "ibm.watsonx.ai"),
+    )
+]
+OTHER_PROVIDER = "openai_compatible"
 # The conventions' recommended bucket boundaries (seconds; tokens).
 DURATION_BUCKETS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48]
 DURATION_BUCKETS += [40.96, 81.92]
@@ -232,9 +256,10 @@ class Telemetry:
     @contextlib.contextmanager
     def turn_span(self, turn: Any) -> Iterator[OpenSpan]:
         agent = assistant_settings.TELEMETRY_AGENT_NAME
+        provider = provider_name(assistant_settings.llm)
         attributes = {
             "gen_ai.operation.name": "invoke_agent",
-            self.names.provider: PROVIDER,
+            self.names.provider: provider,
             "gen_ai.agent.name": agent,
             "gen_ai.conversation.id": turn.thread_id,
             "assistant.run_id": turn.run_id,
@@ -248,7 +273,7 @@ class Telemetry:
                 span.set("gen_ai.response.model", turn.model or None)
                 span.set("gen_ai.usage.input_tokens", turn.usage.get("prompt_tokens"))
                 span.set("gen_ai.usage.output_tokens", turn.usage.get("completion_tokens"))
-                measured = {"gen_ai.operation.name": "invoke_agent", self.names.provider: PROVIDER}
+                measured = {"gen_ai.operation.name": "invoke_agent", self.names.provider: provider}
                 if span.failed:
                     measured["error.type"] = span.failed
                 self.instruments.duration.record(time.perf_counter() - started, measured)
@@ -258,9 +283,10 @@ class Telemetry:
     @contextlib.contextmanager
     def model_span(self, config: Mapping[str, Any]) -> Iterator[OpenSpan]:
         model = str(config.get("MODEL") or "")
+        provider = provider_name(config)
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
-            self.names.provider: PROVIDER,
+            self.names.provider: provider,
             "gen_ai.request.model": model,
             "gen_ai.request.temperature": config.get("TEMPERATURE"),
         }
@@ -270,12 +296,12 @@ class Telemetry:
             try:
                 yield span
             finally:
-                self.measure_model_call(span, model, time.perf_counter() - started)
+                self.measure_model_call(span, model, provider, time.perf_counter() - started)
 
-    def measure_model_call(self, span: OpenSpan, model: str, seconds: float) -> None:
+    def measure_model_call(self, span: OpenSpan, model: str, provider: str, seconds: float) -> None:
         measured: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
-            self.names.provider: PROVIDER,
+            self.names.provider: provider,
             "gen_ai.request.model": model,
         }
         if "gen_ai.response.model" in span.noted:
@@ -336,6 +362,22 @@ class Telemetry:
 def tool_name(tool: Any, operation: Any) -> str:
     """A call's tool name: its tool's operation, else what the caller asked for (cut short)."""
     return tool.operation if tool is not None else str(operation)[:64]
+
+
+def provider_name(llm: Mapping[str, Any]) -> str:
+    """``gen_ai.provider.name``: ``LLM["PROVIDER_NAME"]``, else the well-known provider whose
+    hosted endpoint ``LLM["BASE_URL"]`` names (OpenAI's without one), else OTHER_PROVIDER."""
+    named = llm.get("PROVIDER_NAME")
+    if isinstance(named, str) and named.strip():
+        return named.strip()
+    base_url = llm.get("BASE_URL")
+    if not isinstance(base_url, str) or not base_url:
+        return "openai"
+    host = (urlsplit(base_url).hostname or "").lower()
+    for pattern, provider in PROVIDER_HOSTS:
+        if pattern.fullmatch(host):
+            return provider
+    return OTHER_PROVIDER
 
 
 def server_of(base_url: Any) -> dict[str, Any]:
