@@ -109,7 +109,8 @@ def _reset_on_change(*, setting: str, **kwargs: Any) -> None:
 
 
 def carrier_of(headers: Mapping[str, Any] | Iterable[tuple[bytes, bytes]] | None) -> dict[str, str]:
-    """The trace context headers of a request (Django's ``request.headers`` or an ASGI scope's)."""
+    """The trace context of a request's headers (Django's ``request.headers``, an ASGI scope's)
+    or of a process's environment (``os.environ``: ``TRACEPARENT``, ``TRACESTATE``)."""
     if not headers:
         return {}
     if isinstance(headers, Mapping):
