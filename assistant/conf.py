@@ -492,6 +492,15 @@ LLM_SETTINGS: dict[str, Setting] = {
         example="'http://127.0.0.1:11434/v1'",
         doc="None: the openai package's default (api.openai.com)",
     ),
+    "PROVIDER_NAME": Setting(
+        default=None,
+        accepts=_optional_str,
+        expected="None or a non-empty string",
+        example="'ollama'",
+        doc="the provider named on the telemetry's spans and metrics (gen_ai.provider.name); "
+        "None: the well-known provider whose hosted endpoint BASE_URL names (api.openai.com: "
+        "'openai', *.openai.azure.com: 'azure.ai.openai', ...), else 'openai_compatible'",
+    ),
     "MODEL": Setting(
         default=None,
         accepts=_optional_str,

@@ -66,11 +66,11 @@ def _conversation_gone(conversation: Conversation | None) -> bool:
 def audited(call: Call, outcome: Outcome) -> Outcome:
     """The outcome, once its audit entry is written."""
     outcome.audit_id = write_audit(call.context, outcome)
-    telemetry.tool_called(call, outcome)
+    telemetry.tool_called(call.span, call, outcome)
     return outcome
 
 
 async def aaudited(call: Call, outcome: Outcome) -> Outcome:
     outcome.audit_id = await sync_to_async(write_audit)(call.context, outcome)
-    telemetry.tool_called(call, outcome)
+    telemetry.tool_called(call.span, call, outcome)
     return outcome

@@ -24,6 +24,7 @@ from ..core.storable import UNSTORABLE_CHARACTERS, plain, storable, storable_tex
 from ..exceptions import AssistantError, InvalidEntities, PermissionDenied, ToolFailed, ToolTimeout
 from ..jobs import JobManager
 from ..models import AuditEntry, Conversation, PendingAction
+from ..telemetry import NO_SPAN, Span
 
 logger = logging.getLogger("assistant.dispatch")
 Decision = AuditEntry.Decision
@@ -176,6 +177,7 @@ class Call:
         "operation",
         "prepared",
         "raw",
+        "span",
         "started",
         "tool",
         "toolset",
@@ -204,6 +206,7 @@ class Call:
         self.instance: Any = None
         self.toolset: Any = None
         self.prepared: Prepared | None = None
+        self.span: Span = NO_SPAN  # its execute_tool span, once a door opens it
 
     def tool_call(self) -> ToolCall:
         assert self.tool is not None

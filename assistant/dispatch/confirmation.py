@@ -16,6 +16,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.db.models import Count
 from django.utils.translation import gettext
 
+from .. import telemetry
 from ..access.caches import access_for, reread_access
 from ..core.compiled import rows_for
 from ..core.redaction import redact_data, redact_text, sensitive_values
@@ -170,8 +171,10 @@ def kept(call: Call, outcome: Outcome) -> Outcome:
 
 def _claimed_here(call: Call, stopped: Outcome | None, answer: Answer) -> Outcome:
     """The sync tail: claim, run, audit."""
-    outcome = stopped or claim(call, answer) or run_sync(call)
-    return kept(call, audited(call, _noted(call, outcome, answer)))
+    with telemetry.tool_span(call) as call.span:
+        outcome = stopped or claim(call, answer) or run_sync(call)
+        outcome = audited(call, _noted(call, outcome, answer))
+    return kept(call, outcome)
 
 
 async def _claimed_in_loop(call: Call, stopped: Outcome | None, answer: Answer) -> Outcome:
@@ -182,17 +185,19 @@ async def _claimed_in_loop(call: Call, stopped: Outcome | None, answer: Answer) 
     thread, so they see whether it claimed.
     """
     if stopped is not None:
-        return await aaudited(call, stopped)
+        with telemetry.tool_span(call) as call.span:
+            return await aaudited(call, stopped)
     own = own_session(call)
     try:
-        try:
-            outcome = await make_ready(call) or await sync_to_async(claim)(call, answer)
-            outcome = outcome or await run_async(call)
-        except asyncio.CancelledError as exc:
-            outcome = _noted(call, came_to(call, exc), answer)
-            await asyncio.shield(_settled(call, outcome))
-            raise DispatchCancelled(outcome) from None
-        return await _settled(call, _noted(call, outcome, answer))
+        with telemetry.tool_span(call) as call.span:
+            try:
+                outcome = await make_ready(call) or await sync_to_async(claim)(call, answer)
+                outcome = outcome or await run_async(call)
+            except asyncio.CancelledError as exc:
+                outcome = _noted(call, came_to(call, exc), answer)
+                await asyncio.shield(_settled(call, outcome))
+                raise DispatchCancelled(outcome) from None
+            return await _settled(call, _noted(call, outcome, answer))
     finally:
         await release(call)
         if own is not None:
@@ -250,7 +255,8 @@ def cancel_action(
     call = _refusal(answerable(action_id, answer.user, confirm=False), context)
     refused = unrefusable(call, answer.user)
     if refused is not None:
-        return audited(call, refused)
+        with telemetry.tool_span(call) as call.span:
+            return audited(call, refused)
     return _cancelled(
         action_id,
         answer,
@@ -282,12 +288,16 @@ def _cancelled(
     except ActionExpired as exc:
         action = PendingAction.objects.get(pk=action_id)
         call = _refusal(action, context)
-        return kept(call, audited(call, call.stop(Decision.EXPIRED, exc)))
-    call = _refusal(action, context)
-    result = ToolResult(text=gettext("Cancelled %(operation)s.") % {"operation": action.operation})
-    outcome = call.finish(Decision.CANCELLED, result=result)
-    outcome.reason = answer.audit_reason(action, "refused")
-    return kept(call, audited(call, outcome))
+        outcome = call.stop(Decision.EXPIRED, exc)
+    else:
+        call = _refusal(action, context)
+        result = ToolResult(
+            text=gettext("Cancelled %(operation)s.") % {"operation": action.operation}
+        )
+        outcome = call.finish(Decision.CANCELLED, result=result)
+        outcome.reason = answer.audit_reason(action, "refused")
+    with telemetry.tool_span(call) as call.span:
+        return kept(call, audited(call, outcome))
 
 
 def unrefusable(call: Call, user: Any) -> Outcome | None:

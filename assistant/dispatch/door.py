@@ -18,6 +18,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.db import IntegrityError
 from django.utils.translation import gettext
 
+from .. import telemetry
 from ..access.approvals import policy_for
 from ..access.caches import cached_access
 from ..access.predicate import denials
@@ -153,12 +154,13 @@ Then = Callable[[Outcome], None]
 
 def here(call: Call, then: Then | None = None) -> Outcome:
     """The whole pipeline on this thread: decide, gate, run, audit (and then the caller's ``then``)."""
-    outcome = decide(call)
-    if outcome is None and call.tool is not None and call.tool.prepare is not None:
-        outcome = prepare(call)
-    if outcome is None:
-        outcome = open_action(call) if gated(call) else run_sync(call)
-    outcome = audited(call, outcome)
+    with telemetry.tool_span(call) as call.span:
+        outcome = decide(call)
+        if outcome is None and call.tool is not None and call.tool.prepare is not None:
+            outcome = prepare(call)
+        if outcome is None:
+            outcome = open_action(call) if gated(call) else run_sync(call)
+        outcome = audited(call, outcome)
     if then is not None:
         try:
             then(outcome)
@@ -185,13 +187,14 @@ async def in_loop(call: Call) -> Outcome:
     """
     own = own_session(call)
     try:
-        try:
-            outcome = await _settled_in_loop(call)
-        except asyncio.CancelledError as exc:
-            outcome = came_to(call, exc)
-            await asyncio.shield(aaudited(call, outcome))
-            raise DispatchCancelled(outcome) from None
-        return await aaudited(call, outcome)
+        with telemetry.tool_span(call) as call.span:
+            try:
+                outcome = await _settled_in_loop(call)
+            except asyncio.CancelledError as exc:
+                outcome = came_to(call, exc)
+                await asyncio.shield(aaudited(call, outcome))
+                raise DispatchCancelled(outcome) from None
+            return await aaudited(call, outcome)
     finally:
         await release(call)
         if own is not None:

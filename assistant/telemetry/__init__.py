@@ -109,7 +109,8 @@ def _reset_on_change(*, setting: str, **kwargs: Any) -> None:
 
 
 def carrier_of(headers: Mapping[str, Any] | Iterable[tuple[bytes, bytes]] | None) -> dict[str, str]:
-    """The trace context headers of a request (Django's ``request.headers`` or an ASGI scope's)."""
+    """The trace context of a request's headers (Django's ``request.headers``, an ASGI scope's)
+    or of a process's environment (``os.environ``: ``TRACEPARENT``, ``TRACESTATE``)."""
     if not headers:
         return {}
     if isinstance(headers, Mapping):
@@ -163,11 +164,20 @@ def model_span(config: Mapping[str, Any]) -> contextlib.AbstractContextManager[S
     return _OFF if telemetry is None else telemetry.model_span(config)
 
 
-def tool_called(call: Any, outcome: Any) -> None:
-    """Record an audited call as its ``execute_tool`` span (started when it reached the door)."""
+def tool_span(call: Any) -> contextlib.AbstractContextManager[Span]:
+    """A call's ``execute_tool`` span, opened at the door: current while its steps and its handler
+    run (a handler's own spans are its children), ended once the call is audited."""
+    telemetry = active()
+    return _OFF if telemetry is None else telemetry.tool_span(call)
+
+
+def tool_called(span: Span, call: Any, outcome: Any) -> None:
+    """What an audited call came to, on the ``execute_tool`` span its door opened."""
+    if span is NO_SPAN:
+        return
     telemetry = active()
     if telemetry is not None:
-        telemetry.tool_called(call, outcome)
+        telemetry.tool_called(span, call, outcome)
 
 
 @contextlib.contextmanager

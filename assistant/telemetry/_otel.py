@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -30,7 +31,30 @@ BASELINE_VERSION = "1.36.0"
 OPT_IN = "gen_ai_latest_experimental"
 SCOPE = "django-ops-assistant"
 DEFAULT_SERVICE = "django-ops-assistant"
-PROVIDER = "openai"  # the planner speaks OpenAI's chat completions, whoever serves them
+# gen_ai.provider.name of the hosted endpoints the conventions name (v1.41.0's well-known values),
+# by the host of ``LLM["BASE_URL"]``; any other endpoint (a local server, a proxy) is named
+# OTHER_PROVIDER, a custom value as the conventions allow: "openai" would count its calls as
+# OpenAI's. ``LLM["PROVIDER_NAME"]`` names it instead.
+PROVIDER_HOSTS = [
+    (re.compile(pattern), provider)
+    for pattern, provider in (
+        (r"api\.openai\.com", "openai"),
+        (r"[a-z0-9-]+\.(openai\.azure|cognitiveservices\.azure)\.com", "azure.ai.openai"),
+        (r"models\.inference\.ai\.azure\.com", "azure.ai.inference"),
+        (r"generativelanguage\.googleapis\.com", "gcp.gemini"),
+        (r"([a-z0-9-]+-)?aiplatform\.googleapis\.com", "gcp.vertex_ai"),
+        (r"api\.anthropic\.com", "anthropic"),
+        (r"bedrock-runtime(-fips)?\.[a-z0-9-]+\.amazonaws\.com", "aws.bedrock"),
+        (r"api\.mistral\.ai", "mistral_ai"),
+        (r"api\.groq\.com", "groq"),
+        (r"api\.deepseek\.com", "deepseek"),
+        (r"api\.x\.ai", "x_ai"),
+        (r"api\.perplexity\.ai", "perplexity"),
+        (r"api\.cohere\.(ai|com)", "cohere"),
+        (r"[a-z0-9-]+\.ml\.cloud\.ibm\.com", "ibm.watsonx.ai"),
+    )
+]
+OTHER_PROVIDER = "openai_compatible"
 # The conventions' recommended bucket boundaries (seconds; tokens).
 DURATION_BUCKETS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48]
 DURATION_BUCKETS += [40.96, 81.92]
@@ -85,6 +109,7 @@ class OpenSpan:
     span: trace.Span
     noted: dict[str, Any] = field(default_factory=dict)
     failed: str = ""
+    settled: bool = False  # what its operation came to is recorded: an exception changes nothing
 
     def set(self, name: str, value: Any) -> None:
         if value is None or value == "" or value == []:
@@ -193,7 +218,7 @@ class Telemetry:
         try:
             yield opened
         except BaseException as exc:
-            if not opened.failed:
+            if not opened.failed and not opened.settled:
                 opened.fail(error_type(exc))
             raise
         finally:
@@ -231,9 +256,10 @@ class Telemetry:
     @contextlib.contextmanager
     def turn_span(self, turn: Any) -> Iterator[OpenSpan]:
         agent = assistant_settings.TELEMETRY_AGENT_NAME
+        provider = provider_name(assistant_settings.llm)
         attributes = {
             "gen_ai.operation.name": "invoke_agent",
-            self.names.provider: PROVIDER,
+            self.names.provider: provider,
             "gen_ai.agent.name": agent,
             "gen_ai.conversation.id": turn.thread_id,
             "assistant.run_id": turn.run_id,
@@ -247,7 +273,7 @@ class Telemetry:
                 span.set("gen_ai.response.model", turn.model or None)
                 span.set("gen_ai.usage.input_tokens", turn.usage.get("prompt_tokens"))
                 span.set("gen_ai.usage.output_tokens", turn.usage.get("completion_tokens"))
-                measured = {"gen_ai.operation.name": "invoke_agent", self.names.provider: PROVIDER}
+                measured = {"gen_ai.operation.name": "invoke_agent", self.names.provider: provider}
                 if span.failed:
                     measured["error.type"] = span.failed
                 self.instruments.duration.record(time.perf_counter() - started, measured)
@@ -257,9 +283,10 @@ class Telemetry:
     @contextlib.contextmanager
     def model_span(self, config: Mapping[str, Any]) -> Iterator[OpenSpan]:
         model = str(config.get("MODEL") or "")
+        provider = provider_name(config)
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
-            self.names.provider: PROVIDER,
+            self.names.provider: provider,
             "gen_ai.request.model": model,
             "gen_ai.request.temperature": config.get("TEMPERATURE"),
         }
@@ -269,12 +296,12 @@ class Telemetry:
             try:
                 yield span
             finally:
-                self.measure_model_call(span, model, time.perf_counter() - started)
+                self.measure_model_call(span, model, provider, time.perf_counter() - started)
 
-    def measure_model_call(self, span: OpenSpan, model: str, seconds: float) -> None:
+    def measure_model_call(self, span: OpenSpan, model: str, provider: str, seconds: float) -> None:
         measured: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
-            self.names.provider: PROVIDER,
+            self.names.provider: provider,
             "gen_ai.request.model": model,
         }
         if "gen_ai.response.model" in span.noted:
@@ -291,45 +318,66 @@ class Telemetry:
                     span.noted[name], {**measured, "gen_ai.token.type": token_type}
                 )
 
-    def tool_called(self, call: Any, outcome: Any) -> None:
-        tool = outcome.tool or outcome.audit_tool
-        name = tool.operation if tool is not None else str(outcome.operation)[:64]
-        decision = str(outcome.audit_decision or outcome.decision)
-        shown = outcome.entities if outcome.audit_entities is None else outcome.audit_entities
+    def tool_span(self, call: Any) -> contextlib.AbstractContextManager[OpenSpan]:
+        """A call's ``execute_tool`` span from the door on: the parent of what its steps and its
+        handler start (``tool_called`` adds what it came to)."""
+        name = tool_name(call.tool, call.operation)
         context = call.context
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": name,
             "gen_ai.tool.type": "function",
-            "gen_ai.tool.description": tool.description if tool is not None else None,
-            "gen_ai.tool.call.id": getattr(context, "call_id", "") or None,
+            "gen_ai.tool.call.id": context.call_id or None,
             "gen_ai.conversation.id": str(context.conversation.pk)
             if context.conversation
             else None,
-            self.names.arguments: json.dumps(shown, default=str),  # redacted as the audit stores it
-            "assistant.audit_entry_id": outcome.audit_id,
-            "assistant.decision": decision,
-            "assistant.risk_level": tool.risk_level.value if tool is not None else None,
             "assistant.source": context.source,
         }
+        return self.opened(f"execute_tool {name}", SpanKind.INTERNAL, attributes)
+
+    def tool_called(self, span: Any, call: Any, outcome: Any) -> None:
+        tool = outcome.tool or outcome.audit_tool
+        name = tool_name(tool, outcome.operation)
+        decision = str(outcome.audit_decision or outcome.decision)
+        shown = outcome.entities if outcome.audit_entities is None else outcome.audit_entities
+        if span.noted.get("gen_ai.tool.name") != name:  # (a hidden tool's call: found by audit)
+            span.span.update_name(f"execute_tool {name}")
+            span.set("gen_ai.tool.name", name)
+        span.set("gen_ai.tool.description", tool.description if tool is not None else None)
+        span.set(self.names.arguments, json.dumps(shown, default=str))  # redacted as audited
+        span.set("assistant.audit_entry_id", outcome.audit_id)
+        span.set("assistant.decision", decision)
+        span.set("assistant.risk_level", tool.risk_level.value if tool is not None else None)
         if assistant_settings.TELEMETRY_RESULTS and outcome.result is not None:
             secrets = sensitive_values(tool, call.values or call.raw)
-            attributes[self.names.result] = redact_text(str(outcome.result.text), secrets)
-        elapsed = int(outcome.duration_ms * 1_000_000)
-        span = self.tracer.start_span(
-            f"execute_tool {name}",
-            kind=SpanKind.INTERNAL,
-            start_time=time.time_ns() - elapsed,
-        )
-        recorded = OpenSpan(span)
-        for key, value in attributes.items():
-            recorded.set(key, value)
+            span.set(self.names.result, redact_text(str(outcome.result.text), secrets))
         if decision not in NOT_ERRORS:
-            recorded.fail(outcome.code or decision)
-        span.end()
+            span.fail(outcome.code or decision)
+        span.settled = True
         self.instruments.tool_calls.add(
             1, {"gen_ai.tool.name": name, "assistant.decision": decision}
         )
+
+
+def tool_name(tool: Any, operation: Any) -> str:
+    """A call's tool name: its tool's operation, else what the caller asked for (cut short)."""
+    return tool.operation if tool is not None else str(operation)[:64]
+
+
+def provider_name(llm: Mapping[str, Any]) -> str:
+    """``gen_ai.provider.name``: ``LLM["PROVIDER_NAME"]``, else the well-known provider whose
+    hosted endpoint ``LLM["BASE_URL"]`` names (OpenAI's without one), else OTHER_PROVIDER."""
+    named = llm.get("PROVIDER_NAME")
+    if isinstance(named, str) and named.strip():
+        return named.strip()
+    base_url = llm.get("BASE_URL")
+    if not isinstance(base_url, str) or not base_url:
+        return "openai"
+    host = (urlsplit(base_url).hostname or "").lower()
+    for pattern, provider in PROVIDER_HOSTS:
+        if pattern.fullmatch(host):
+            return provider
+    return OTHER_PROVIDER
 
 
 def server_of(base_url: Any) -> dict[str, Any]:

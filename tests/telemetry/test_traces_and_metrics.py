@@ -8,13 +8,11 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.core.checks import run_checks
-from django.test import AsyncClient
 from rest_framework.test import APIClient
 
 from assistant import telemetry
@@ -22,45 +20,27 @@ from assistant.access import tokens
 from assistant.models import AuditEntry, PendingAction
 from assistant.turns.runs import run_turn
 from tests import sockets
-from tests.mcp_clients import MODERN, envelope
 from tests.openai_peer import USAGE, call, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm
 from tests.otlp_receiver import Receiver
-from tests.otlp_receiver import otlp_receiver as otlp_receiver  # the fixture
+from tests.telemetry.tracing import (
+    CALLER_SPAN,
+    CALLER_TRACE,
+    CLIENT,
+    INTERNAL,
+    SERVER,
+    TRACEPARENT,
+    children_of,
+    mcp_tool_call,
+)
+from tests.telemetry.tracing import otlp_receiver as otlp_receiver  # the fixtures
+from tests.telemetry.tracing import traced as traced
 
 SECRET = "hunter2-correct-horse-battery"
-CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
-CALLER_SPAN = "00f067aa0ba902b7"
-TRACEPARENT = f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"
-INTERNAL, SERVER, CLIENT = 1, 2, 3  # OTLP's span kinds
 EXPORTER_THREADS = ("OtelBatchSpanRecordProcessor", "OtelPeriodicExportingMetricReader")
 
 pytestmark = pytest.mark.django_db
-
-
-Exported = Callable[[], Receiver]
-
-
-@pytest.fixture
-def traced(
-    otlp_receiver: Receiver, settings: Any, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Exported]:
-    """Telemetry on (the latest GenAI conventions), exporting to the receiver; ``exported()``
-    flushes what is pending and returns the receiver."""
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp_receiver.url)
-    monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", "gen_ai_latest_experimental")
-    monkeypatch.setenv("OTEL_SERVICE_NAME", "ops-tests")
-    settings.ASSISTANT = {**settings.ASSISTANT, "TELEMETRY": True}
-
-    def exported() -> Receiver:
-        active = telemetry.active()
-        assert active is not None
-        active.flush()
-        return otlp_receiver
-
-    yield exported
-    telemetry.reset()
 
 
 @pytest.fixture
@@ -77,14 +57,6 @@ def post_message(user: Any, message: str, traceparent: str = TRACEPARENT) -> Any
         {"message": message},
         format="json",
         headers={"traceparent": traceparent},
-    )
-
-
-def children_of(receiver: Receiver, parent: dict[str, Any]) -> list[str]:
-    return sorted(
-        span["name"]
-        for span in receiver.spans
-        if span["parent"] == parent["span_id"] and span["trace_id"] == parent["trace_id"]
     )
 
 
@@ -116,7 +88,7 @@ def test_a_turn_with_a_tool_call_is_one_trace_of_agent_chat_and_tool_spans(trace
         >= {
             "gen_ai.operation.name": "invoke_agent",
             "gen_ai.agent.name": "assistant",
-            "gen_ai.provider.name": "openai",
+            "gen_ai.provider.name": "openai_compatible",  # (a model server on 127.0.0.1)
             "gen_ai.conversation.id": str(turn.conversation.pk),
             "gen_ai.response.model": "test-model",
             "gen_ai.usage.input_tokens": USAGE["prompt_tokens"] * 2,
@@ -136,7 +108,7 @@ def test_a_turn_with_a_tool_call_is_one_trace_of_agent_chat_and_tool_spans(trace
         first["attributes"].items()
         >= {
             "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": "openai",
+            "gen_ai.provider.name": "openai_compatible",
             "gen_ai.request.model": "test-model",
             "gen_ai.response.model": "test-model",
             "gen_ai.usage.input_tokens": USAGE["prompt_tokens"],
@@ -306,13 +278,8 @@ async def test_an_mcp_call_is_a_server_span_with_its_tool_span_inside(traced, ma
 
     reader = await sync_to_async(make_user)("reader", "testapp.view_order")
     secret = (await sync_to_async(tokens.issue)(reader, name="tracing"))[1]
-    body = envelope("tools/call", {"name": "ping", "arguments": {}})
-    headers = {**MODERN, "MCP-Method": "tools/call", "MCP-Name": "ping"}
-    headers |= {"Authorization": f"Bearer {secret}", "traceparent": TRACEPARENT}
 
-    response = await AsyncClient().post(
-        "/assistant/mcp/", json.dumps(body), content_type="application/json", headers=headers
-    )
+    response = await mcp_tool_call(secret, "ping", {})
 
     assert response.status_code == 200, response.content
     receiver = traced()
@@ -407,7 +374,7 @@ def test_without_the_opt_in_the_v1_36_baseline_names_are_emitted(
 
     receiver = traced()
     chat = receiver.named("chat test-model")[0]
-    assert chat["attributes"]["gen_ai.system"] == "openai"
+    assert chat["attributes"]["gen_ai.system"] == "openai_compatible"
     assert "gen_ai.provider.name" not in chat["attributes"]
     assert receiver.one("invoke_agent assistant")["kind"] == CLIENT
     tool = receiver.one("execute_tool store_secret")

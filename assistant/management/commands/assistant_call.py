@@ -5,16 +5,20 @@ manage.py assistant_call deactivate_user user_id=4 --user admin        # asks fo
 manage.py assistant_call --confirm <action id> --user admin            # … and runs it
 manage.py assistant_call --confirm <id> --reason "release 4.2" --phrase "Sales" --user lead
 manage.py assistant_call --message "back up staging" --user operator    # a whole chat turn
+
+With telemetry on, its spans continue the trace in ``TRACEPARENT`` (and ``TRACESTATE``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from ... import telemetry
 from ...core.registry import registry
 from ...dispatch.calls import Outcome
 from ...dispatch.confirmation import cancel_action, confirm_action
@@ -40,6 +44,12 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", dest="as_json", help="print JSON")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        # OpenTelemetry's environment variables as context propagation carriers: the trace of
+        # whoever runs the command (a CI job, a cron wrapper) in TRACEPARENT and TRACESTATE
+        with telemetry.flushed(), telemetry.incoming(telemetry.carrier_of(os.environ)):
+            self.call(options)
+
+    def call(self, options: dict[str, Any]) -> None:
         User = get_user_model()
         user = User._default_manager.filter(**{User.USERNAME_FIELD: options["user"]}).first()
         if user is None:
