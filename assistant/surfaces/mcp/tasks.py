@@ -46,7 +46,8 @@ from .jobs import JOB_POLL_SECONDS, finished_result, report_progress, revoked_re
 
 TASKS_REVISION = "2025-11-25"  # tasks are core there; 2026-07-28 moved them to an extension
 EXTENSION = "io.modelcontextprotocol/tasks"
-ACKNOWLEDGED = {"resultType": "complete"}  # tasks/update and tasks/cancel: an empty result
+# the standard result of the extension's tasks/get, and all of tasks/update's and tasks/cancel's
+COMPLETE = {"resultType": "complete"}
 # the method a task-augmented tools/call is routed to (past the SDK's CallToolResult check)
 CALL_AS_TASK = "assistant/tools/call-as-task"
 CAPABILITY: dict[str, Any] = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
@@ -127,16 +128,25 @@ def task_of(job: Job) -> dict[str, Any]:
 
 
 def extension_task(job: Job) -> dict[str, Any]:
-    """The job as the extension's ``DetailedTask``: a finished job's is ``completed``, with the
-    result its plain call ends with inlined (``isError`` when the job failed: that is a tool's
-    error, and ``failed`` is for JSON-RPC errors, which a started job never meets)."""
+    """The job as the extension's ``DetailedTask``: once ``completed``, with the result its plain
+    call ends with inlined."""
+    task = _extension_task(job)
+    if task["status"] == "completed":
+        result = finished_result(job).model_dump(by_alias=True, mode="json", exclude_none=True)
+        task["result"] = result
+    return task
+
+
+def _extension_task(job: Job) -> dict[str, Any]:
+    """The job as the extension's ``Task``. A failed job's is ``completed`` (its result is an
+    ``isError`` one): a tool's error is not a JSON-RPC error, the only kind ``failed`` is for,
+    and a started job never meets one."""
     status = task_status(job)
     task = {**_task(job, status), "ttlMs": None}
     if status == "working":
         task["pollIntervalMs"] = POLL_INTERVAL_MS
-    elif status in ("completed", "failed"):
-        result = finished_result(job).model_dump(by_alias=True, mode="json", exclude_none=True)
-        task |= {"status": "completed", "result": result}
+    elif status == "failed":
+        task["status"] = "completed"
     return task
 
 
@@ -147,9 +157,7 @@ def created_task(job: Job, text: str) -> dict[str, Any]:
 
 def created_extension_task(job: Job) -> dict[str, Any]:
     """The extension's ``CreateTaskResult``: ``Result & Task``, flat (no inlined result)."""
-    task = extension_task(job)
-    task.pop("result", None)
-    return {"resultType": "task", **task}
+    return {"resultType": "task", **_extension_task(job)}
 
 
 def task_not_found() -> MCPError:
@@ -247,14 +255,14 @@ class TaskMethods:
         self, ctx: ServerRequestContext[Any, Any], params: types.GetTaskRequestParams
     ) -> dict[str, Any]:
         job = await self.job(ctx, params.task_id)
-        return {**ACKNOWLEDGED, **extension_task(job)} if is_modern(ctx) else task_of(job)
+        return {**COMPLETE, **extension_task(job)} if is_modern(ctx) else task_of(job)
 
     async def update(
         self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskRequestParams
     ) -> dict[str, Any]:
         """Acknowledged: our jobs never ask for input, so every response answers no key."""
         await self.job(ctx, params.task_id)
-        return dict(ACKNOWLEDGED)
+        return dict(COMPLETE)
 
     async def list(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams
@@ -301,7 +309,7 @@ class TaskMethods:
         job = await self.job(ctx, params.task_id)
         if task_status(job) != "working":
             if is_modern(ctx):
-                return dict(ACKNOWLEDGED)
+                return dict(COMPLETE)
             message = gettext("The task is already %(status)s: it cannot be cancelled.") % {
                 "status": task_status(job)
             }
@@ -318,4 +326,4 @@ class TaskMethods:
             job = await sync_to_async(stop_job)(job.pk, context=context)
         except JobNotFound:
             raise task_not_found() from None
-        return dict(ACKNOWLEDGED) if is_modern(ctx) else task_of(job)
+        return dict(COMPLETE) if is_modern(ctx) else task_of(job)
