@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx2
+import mcp_types as types
 from asgiref.sync import sync_to_async
 from hypothesis import strategies as st
 from mcp import Client
+from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.client.streamable_http import streamable_http_client
+from pydantic import TypeAdapter
 
 from assistant.access import tokens
 from tests.processes import ROOT, database_url, free_port, wait_until_listening
@@ -55,9 +59,8 @@ class WireError(Exception):
         self.data: Any = error.get("data")
 
 
-class WireSession:
-    """A 2025-11-25 session spoken by hand over Streamable HTTP: for what the official client
-    cannot send (a task-augmented ``tools/call``), as clients of the tasks utility send it."""
+class Wire:
+    """Requests spoken by hand over Streamable HTTP, with a bearer token and these capabilities."""
 
     def __init__(self, base_url: str, secret: str, capabilities: dict[str, Any]) -> None:
         self.url = base_url + PATH
@@ -66,9 +69,17 @@ class WireSession:
             headers={"Authorization": f"Bearer {secret}"}, timeout=httpx2.Timeout(30, read=60)
         )
         self.ids = itertools.count(1)
+        self.notifications: list[dict[str, Any]] = []  # what came on the requests' streams
+
+
+class WireSession(Wire):
+    """A 2025-11-25 session spoken by hand over Streamable HTTP: for what the official client
+    cannot send (a task-augmented ``tools/call``), as clients of the tasks utility send it."""
+
+    def __init__(self, base_url: str, secret: str, capabilities: dict[str, Any]) -> None:
+        super().__init__(base_url, secret, capabilities)
         self.session_id = ""
         self.initialized: dict[str, Any] = {}
-        self.notifications: list[dict[str, Any]] = []  # what came on the requests' streams
 
     async def __aenter__(self) -> WireSession:
         self.initialized = await self.request(
@@ -104,19 +115,25 @@ class WireSession:
         message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}}
         response = await self.post(message)
         assert response.status_code == 200, response.text
-        if response.headers["content-type"].startswith("text/event-stream"):
-            answers = [
-                json.loads(line[len("data:") :])
-                for line in response.text.splitlines()
-                if line.startswith("data:") and line[len("data:") :].strip()
-            ]
-        else:
-            answers = [response.json()]
-        self.notifications += [each for each in answers if "id" not in each]
-        [answer] = [each for each in answers if each.get("id") == request_id]
-        if "error" in answer:
-            raise WireError(answer["error"])
-        return answer["result"]
+        return answered(response, request_id, self.notifications)
+
+
+def answered(response: httpx2.Response, request_id: int, notifications: list[Any]) -> Any:
+    """The result a response (JSON or a stream of events) carries for ``request_id``, keeping the
+    notifications that came with it; a JSON-RPC error raises ``WireError``."""
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        answers = [
+            json.loads(line[len("data:") :])
+            for line in response.text.splitlines()
+            if line.startswith("data:") and line[len("data:") :].strip()
+        ]
+    else:
+        answers = [response.json()]
+    notifications += [each for each in answers if "id" not in each]
+    [answer] = [each for each in answers if each.get("id") == request_id]
+    if "error" in answer:
+        raise WireError(answer["error"])
+    return answer["result"]
 
 
 def server_command(kind: str, port: int) -> list[str]:
@@ -162,14 +179,99 @@ def server_processes(
                 process.wait(timeout=10)
 
 
-def envelope(method: str, params: Any) -> dict[str, Any]:
+def envelope(
+    method: str, params: Any, capabilities: dict[str, Any] | None = None, request_id: int = 1
+) -> dict[str, Any]:
     meta = {
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientCapabilities": capabilities or {},
     }
     if isinstance(params, dict):
         params = {**params, "_meta": meta}
-    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+
+
+# -- the tasks extension (2026-07-28), as a client speaks it ---------------------------------------
+
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+DECLARES_TASKS = {"extensions": {TASKS_EXTENSION: {}}}  # a request's capabilities, declaring it
+
+
+class ModernWire(Wire):
+    """2026-07-28 requests spoken by hand over Streamable HTTP, each with its own capabilities
+    (the extension's ``tasks/*`` send ``Mcp-Name: <taskId>``, as its spec asks)."""
+
+    def __init__(self, base_url: str, secret: str, capabilities: dict[str, Any]) -> None:
+        super().__init__(base_url, secret, capabilities)
+        self.statuses: list[int] = []  # each answer's HTTP status
+
+    async def __aenter__(self) -> ModernWire:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.http.aclose()
+
+    async def request(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        """The request's result; a JSON-RPC error raises ``WireError``."""
+        params = params or {}
+        request_id = next(self.ids)
+        headers = {**MODERN, "MCP-Method": method}
+        name = params.get("taskId") if method.startswith("tasks/") else params.get("name")
+        if isinstance(name, str):
+            headers["MCP-Name"] = name
+        body = envelope(method, params, self.capabilities, request_id)
+        response = await self.http.post(self.url, json=body, headers=headers)
+        self.statuses.append(response.status_code)
+        return answered(response, request_id, self.notifications)
+
+
+class CreatedTask(types.Result):
+    """``CreateTaskResult``: a result that is a task (``resultType: "task"``)."""
+
+    result_type: Literal["task"] = "task"
+    task_id: str
+    status: str
+    status_message: str | None = None
+    created_at: str
+    last_updated_at: str
+    ttl_ms: int | None
+    poll_interval_ms: int | None = None
+
+
+class TaskIdParams(types.RequestParams):
+    task_id: str
+
+
+class GetTask(types.Request[TaskIdParams, Literal["tasks/get"]]):
+    method: Literal["tasks/get"] = "tasks/get"
+    params: TaskIdParams
+    name_param = "taskId"
+
+
+class TasksExtension(ClientExtension):
+    """The tasks extension for the official client, which does not ship one: it declares the
+    extension on every request, and finishes a task it is handed by polling ``tasks/get``."""
+
+    identifier = TASKS_EXTENSION
+
+    def __init__(self) -> None:
+        self.created: list[CreatedTask] = []
+        self.polled: list[dict[str, Any]] = []
+
+    def claims(self) -> Sequence[ResultClaim[Any]]:
+        return [ResultClaim(result_type="task", model=CreatedTask, resolve=self.resolve)]
+
+    async def resolve(self, created: CreatedTask, ctx: ClaimContext) -> types.CallToolResult:
+        self.created.append(created)
+        while True:
+            request = GetTask(params=TaskIdParams(task_id=created.task_id))
+            task = await ctx.session.send_request(request, TypeAdapter(dict[str, Any]))
+            self.polled.append(task)
+            if task["status"] == "completed":
+                return types.CallToolResult.model_validate(task["result"])
+            if task["status"] != "working":
+                raise RuntimeError(f"the task ended {task['status']}: {task}")
+            await asyncio.sleep(min(task.get("pollIntervalMs", 1000), 200) / 1000)
 
 
 async def issue(user: Any, name: str = "laptop", **options: Any) -> str:

@@ -10,7 +10,8 @@ returns what the approval ran (it never runs twice, and never opens a second act
 
 Both protocol revisions: 2025-11-25 (``initialize``, sessions, elicitation over the session's
 back channel) and 2026-07-28 (stateless; elicitation is an ``input_required`` result whose
-``requestState`` is signed with the project's secret, so any process can take the retry).
+``requestState`` is signed with the project's secret, so any process can take the retry). A
+background tool's job may be answered as a task in either (``tasks``).
 """
 
 from __future__ import annotations
@@ -51,7 +52,14 @@ from .confirmation import (
 )
 from .jobs import awaited_job
 from .results import result_of, text_result
-from .tasks import CALL_AS_TASK, TaskMethods, created_task, offers_tasks
+from .tasks import (
+    CALL_AS_TASK,
+    TaskMethods,
+    created_extension_task,
+    created_task,
+    declares_extension,
+    offers_tasks,
+)
 
 logger = logging.getLogger("assistant.mcp")
 
@@ -128,8 +136,14 @@ def build_server(*, site: ToolRegistry = registry, lifespan: Any = None) -> Serv
 
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult | types.InputRequiredResult:
+    ) -> types.CallToolResult | types.InputRequiredResult | dict[str, Any]:
+        """A call; at 2026-07-28 a background tool's job is a task when the request declares
+        the tasks extension (the server's choice, never offered to one that does not)."""
+        tool = site.find(params.name)
+        as_task = tool is not None and tool.background and declares_extension(ctx)
         with traced(ctx, params):
+            if as_task:
+                return await answered(ctx, params, started_task)
             return await answered(ctx, params, awaited_job)
 
     async def call_as_task(
@@ -216,9 +230,10 @@ def build_server(*, site: ToolRegistry = registry, lifespan: Any = None) -> Serv
         instructions="The operations of this Django project you may use, as your permissions "
         "allow. Risky ones ask a human first: follow the approval link you are given.",
         on_list_tools=list_tools,
-        on_call_tool=call_tool,
         **options,
     )
+    # by hand, not on_call_tool=: its answer may be the extension's task, which that type omits
+    server.add_request_handler("tools/call", types.CallToolRequestParams, call_tool)
     server.add_request_handler(CALL_AS_TASK, types.CallToolRequestParams, call_as_task)
     TaskMethods(site).register(server)
     return server
@@ -227,9 +242,12 @@ def build_server(*, site: ToolRegistry = registry, lifespan: Any = None) -> Serv
 async def started_task(
     ctx: ServerRequestContext[Any, Any], caller: Caller, outcome: Outcome
 ) -> dict[str, Any]:
-    """``CreateTaskResult`` for the job a call started."""
+    """``CreateTaskResult`` for the job a call started, read back once its row is committed
+    (so a ``tasks/get`` on any process finds it), in the request's revision's shape."""
     assert outcome.result is not None and outcome.result.task_id is not None
     job = await sync_to_async(Job.objects.get)(pk=outcome.result.task_id)
+    if declares_extension(ctx):
+        return created_extension_task(job)
     return created_task(job, outcome.result.text)
 
 

@@ -1,11 +1,16 @@
-"""MCP tasks (revision 2025-11-25): a call that starts a job answers with a task, the job's row.
+"""MCP tasks: a call that starts a job answers with a task, the job's row, in both revisions.
 
-A ``tools/call`` carrying ``params.task`` for a tool declared ``background=True`` runs through
-dispatch as any call does; when it starts a job, it answers ``CreateTaskResult`` whose task id is
-the job's id. ``tasks/get``, ``tasks/result``, ``tasks/list`` and ``tasks/cancel`` read and act on
-``Job`` rows only, so any server process answers for any task. A task is the caller's when the
-job is visible to its user (``Job.objects.visible_to``) and its tool to its token's ceiling;
-anything else answers exactly as an unknown id does.
+2025-11-25 (the tasks utility): a ``tools/call`` carrying ``params.task`` for a tool declared
+``background=True`` answers ``CreateTaskResult`` once it starts a job; ``tasks/get``,
+``tasks/result``, ``tasks/list`` and ``tasks/cancel`` follow it. 2026-07-28 (the extension
+``io.modelcontextprotocol/tasks``): the server decides; a background tool's call that started a
+job answers a task (``resultType: "task"``) when that request's capabilities declare the
+extension, and ``tasks/get`` (the result inlined once done), ``tasks/update`` and
+``tasks/cancel`` (acknowledgements) follow it; a request that does not declare it gets ``-32021``.
+
+Either way the methods read and act on ``Job`` rows only, so any server process answers for any
+task. A task is the caller's when the job is visible to its user (``Job.objects.visible_to``) and
+its tool to its token's ceiling; anything else answers exactly as an unknown id does.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from asgiref.sync import sync_to_async
 from django.db.models import Q
 from django.utils.translation import gettext
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.mcpserver import require_client_extension
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND
 
@@ -35,9 +41,13 @@ from ...dispatch.confirmation import stop_job
 from ...exceptions import JobNotFound
 from ...models import Job, JobQuerySet
 from .callers import Caller, caller_of, client_label
+from .confirmation import is_modern
 from .jobs import JOB_POLL_SECONDS, finished_result, report_progress, revoked_result
 
 TASKS_REVISION = "2025-11-25"  # tasks are core there; 2026-07-28 moved them to an extension
+EXTENSION = "io.modelcontextprotocol/tasks"
+# the standard result of the extension's tasks/get, and all of tasks/update's and tasks/cancel's
+COMPLETE = {"resultType": "complete"}
 # the method a task-augmented tools/call is routed to (past the SDK's CallToolResult check)
 CALL_AS_TASK = "assistant/tools/call-as-task"
 CAPABILITY: dict[str, Any] = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
@@ -50,6 +60,13 @@ STILL_WORKING = -32000  # tasks/result waited MCP_JOB_WAIT seconds: ask again
 
 def offers_tasks(ctx: ServerRequestContext[Any, Any]) -> bool:
     return ctx.protocol_version == TASKS_REVISION
+
+
+def declares_extension(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """Whether this 2026-07-28 request's own capabilities declare the tasks extension."""
+    capabilities = ctx.session.client_capabilities
+    extensions = capabilities.extensions if capabilities is not None else None
+    return is_modern(ctx) and EXTENSION in (extensions or {})
 
 
 async def route_tasks(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
@@ -90,24 +107,57 @@ def status_message(job: Job, status: types.TaskStatus) -> str:
     return gettext("Cancelled.") if status == "cancelled" else gettext("Completed.")
 
 
+def _task(job: Job, status: types.TaskStatus) -> dict[str, Any]:
+    """What both revisions' ``Task`` say of a job (each names its ttl and poll interval)."""
+    return {
+        "taskId": str(job.pk),
+        "status": status,
+        "statusMessage": status_message(job, status),
+        "createdAt": job.created_at.isoformat(),
+        "lastUpdatedAt": job.updated_at.isoformat(),
+    }
+
+
 def task_of(job: Job) -> dict[str, Any]:
-    """The job as the spec's ``Task``; its ttl is null (job rows are kept: unlimited)."""
+    """The job as the 2025-11-25 ``Task``; its ttl is null (job rows are kept: unlimited)."""
     status = task_status(job)
-    task = types.Task(
-        task_id=str(job.pk),
-        status=status,
-        status_message=status_message(job, status),
-        created_at=job.created_at.isoformat(),
-        last_updated_at=job.updated_at.isoformat(),
-        ttl=None,
-        poll_interval=POLL_INTERVAL_MS if status == "working" else None,
-    )
-    return {**task.model_dump(by_alias=True, mode="json", exclude_none=True), "ttl": None}
+    task = {**_task(job, status), "ttl": None}
+    if status == "working":
+        task["pollInterval"] = POLL_INTERVAL_MS
+    return task
+
+
+def extension_task(job: Job) -> dict[str, Any]:
+    """The job as the extension's ``DetailedTask``: once ``completed``, with the result its plain
+    call ends with inlined."""
+    task = _extension_task(job)
+    if task["status"] == "completed":
+        result = finished_result(job).model_dump(by_alias=True, mode="json", exclude_none=True)
+        task["result"] = result
+    return task
+
+
+def _extension_task(job: Job) -> dict[str, Any]:
+    """The job as the extension's ``Task``. A failed job's is ``completed`` (its result is an
+    ``isError`` one): a tool's error is not a JSON-RPC error, the only kind ``failed`` is for,
+    and a started job never meets one."""
+    status = task_status(job)
+    task = {**_task(job, status), "ttlMs": None}
+    if status == "working":
+        task["pollIntervalMs"] = POLL_INTERVAL_MS
+    elif status == "failed":
+        task["status"] = "completed"
+    return task
 
 
 def created_task(job: Job, text: str) -> dict[str, Any]:
     """``CreateTaskResult``; the tool's own text is what the model may be told meanwhile."""
     return {"task": task_of(job), "_meta": {IMMEDIATE_RESPONSE: text}}
+
+
+def created_extension_task(job: Job) -> dict[str, Any]:
+    """The extension's ``CreateTaskResult``: ``Result & Task``, flat (no inlined result)."""
+    return {"resultType": "task", **_extension_task(job)}
 
 
 def task_not_found() -> MCPError:
@@ -165,8 +215,17 @@ def _after(cursor: str) -> tuple[datetime, uuid.UUID]:
 # -- the methods ----------------------------------------------------------------------------------
 
 
+class UpdateTaskRequestParams(types.RequestParams):
+    """``tasks/update``: answers to a task's input requests (ours never ask for any)."""
+
+    task_id: str
+    input_responses: dict[str, Any]
+
+
 class TaskMethods:
-    """``tasks/get``, ``tasks/result``, ``tasks/list`` and ``tasks/cancel`` for one registry."""
+    """The tasks methods for one registry: 2025-11-25's ``tasks/get``, ``tasks/result``,
+    ``tasks/list`` and ``tasks/cancel``; the extension's ``tasks/get``, ``tasks/update`` and
+    ``tasks/cancel`` at 2026-07-28."""
 
     def __init__(self, site: ToolRegistry) -> None:
         self.site = site
@@ -176,10 +235,16 @@ class TaskMethods:
         server.add_request_handler("tasks/result", types.GetTaskPayloadRequestParams, self.result)
         server.add_request_handler("tasks/list", types.PaginatedRequestParams, self.list)
         server.add_request_handler("tasks/cancel", types.CancelTaskRequestParams, self.cancel)
+        server.add_request_handler("tasks/update", UpdateTaskRequestParams, self.update)
         server.middleware.append(route_tasks)
+        server.extensions[EXTENSION] = {}  # server/discover only: 2025-11-25 has no extensions
 
     def caller(self, ctx: ServerRequestContext[Any, Any]) -> Caller:
-        if not offers_tasks(ctx):
+        """The caller of a tasks method this request's revision has (and, at 2026-07-28, whose
+        request declares the extension: ``-32021`` otherwise, whatever the task id)."""
+        if is_modern(ctx) and ctx.method in ("tasks/get", "tasks/update", "tasks/cancel"):
+            require_client_extension(ctx, EXTENSION)
+        elif not offers_tasks(ctx) or ctx.method == "tasks/update":
             raise MCPError(METHOD_NOT_FOUND, "Method not found", ctx.method)
         return caller_of(ctx)
 
@@ -189,7 +254,15 @@ class TaskMethods:
     async def get(
         self, ctx: ServerRequestContext[Any, Any], params: types.GetTaskRequestParams
     ) -> dict[str, Any]:
-        return task_of(await self.job(ctx, params.task_id))
+        job = await self.job(ctx, params.task_id)
+        return {**COMPLETE, **extension_task(job)} if is_modern(ctx) else task_of(job)
+
+    async def update(
+        self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskRequestParams
+    ) -> dict[str, Any]:
+        """Acknowledged: our jobs never ask for input, so every response answers no key."""
+        await self.job(ctx, params.task_id)
+        return dict(COMPLETE)
 
     async def list(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams
@@ -227,10 +300,16 @@ class TaskMethods:
     async def cancel(
         self, ctx: ServerRequestContext[Any, Any], params: types.CancelTaskRequestParams
     ) -> dict[str, Any]:
-        """Cancel as the REST API and the chat do (``stop_job``: same permission, audited)."""
+        """Cancel as the REST API and the chat do (``stop_job``: same permission, audited).
+
+        At 2026-07-28 cancelling is acknowledged whatever the task's state (the extension's
+        cancellation is cooperative): a finished task is left as it is, and nothing is audited.
+        """
         caller = self.caller(ctx)
         job = await self.job(ctx, params.task_id)
         if task_status(job) != "working":
+            if is_modern(ctx):
+                return dict(COMPLETE)
             message = gettext("The task is already %(status)s: it cannot be cancelled.") % {
                 "status": task_status(job)
             }
@@ -247,4 +326,4 @@ class TaskMethods:
             job = await sync_to_async(stop_job)(job.pk, context=context)
         except JobNotFound:
             raise task_not_found() from None
-        return task_of(job)
+        return dict(COMPLETE) if is_modern(ctx) else task_of(job)

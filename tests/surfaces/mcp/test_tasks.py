@@ -223,13 +223,22 @@ async def test_a_result_awaited_with_a_progress_token_reports_the_jobs_progress_
     assert result["content"][0]["text"] == "done"
 
 
-async def test_the_stateless_revision_has_no_tasks_methods(
+async def test_the_stateless_revision_has_none_of_these_tasks_methods(
     asgi_live_server: str, diagnostician: Any
 ) -> None:
+    """2026-07-28 has the tasks extension instead (test_tasks_extension): no ``tasks/result``, no
+    ``tasks/list``, and its ``tasks/get`` wants the extension declared."""
     job = await sync_to_async(a_job)(diagnostician)
     async with mcp_client(asgi_live_server, await issue(diagnostician), "2026-07-28") as client:
         listed = await client.list_tools()
         with pytest.raises(Exception, match="Method not found"):
+            await client.session.send_request(
+                types.GetTaskPayloadRequest(
+                    params=types.GetTaskPayloadRequestParams(task_id=str(job.pk))
+                ),
+                types.CallToolResult,
+            )
+        with pytest.raises(Exception, match="did not declare required extension"):
             await client.session.send_request(
                 types.GetTaskRequest(params=types.GetTaskRequestParams(task_id=str(job.pk))),
                 types.GetTaskResult,
