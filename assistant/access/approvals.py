@@ -2,7 +2,7 @@
 
 An operation's own entry beats its risk level's; with neither, a tool that declares
 ``requires_confirmation`` is asked as ``confirm`` and any other runs (``auto``), as always.
-A model's call proposed after it read a tool's output (``CallContext.after_results``) is asked
+A model's call proposed after it read a tool's output (``after_results``) is asked
 as ``confirm`` where it would run unasked, unless its tool is ``safe`` or
 ``LLM["CONFIRM_AFTER_RESULTS"]`` is off: what a result says cannot start work by itself.
 """
@@ -10,14 +10,11 @@ as ``confirm`` where it would run unasked, unless its tool is ``safe`` or
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..conf import assistant_settings
 from ..core.declaration import AssistantTool, RiskLevel
 from ..models import PendingAction
-
-if TYPE_CHECKING:
-    from ..dispatch.calls import CallContext
 
 Policy = PendingAction.Policy
 RISK_LEVELS = frozenset(level.value for level in RiskLevel)
@@ -59,9 +56,9 @@ def configured_for(tool: AssistantTool, policies: dict[str, Any]) -> Approval | 
     return None
 
 
-def policy_for(tool: AssistantTool, context: CallContext | None = None) -> Approval:
-    """The approval a call of this tool needs, as configured or derived from its declaration
-    (and, given the call's context, from what the model had read when it proposed the call)."""
+def policy_for(tool: AssistantTool, *, after_results: bool = False) -> Approval:
+    """The approval a call of this tool needs, as configured or derived from its declaration;
+    ``after_results``: a model proposed the call with a tool's output in what it read."""
     policies = assistant_settings.APPROVAL_POLICIES
     approval = configured_for(tool, policies) if policies else None
     if approval is None or approval.policy not in Policy.values:
@@ -69,17 +66,14 @@ def policy_for(tool: AssistantTool, context: CallContext | None = None) -> Appro
         approval = CONFIRM if tool.requires_confirmation else AUTO
     elif approval.policy == Policy.AUTO and tool.risk_level is RiskLevel.DANGEROUS:
         return CONFIRM  # never unasked (assistant.E014 says so at start)
-    if not approval.asks and steerable(tool, context):
+    if not approval.asks and after_results and steerable(tool):
         return STEERED
     return approval
 
 
-def steerable(tool: AssistantTool, context: CallContext | None) -> bool:
-    """Whether a call that would run unasked was proposed after the model read a tool's output,
-    for a tool that changes something (``LLM["CONFIRM_AFTER_RESULTS"]``)."""
-    return (
-        context is not None
-        and context.after_results
-        and tool.risk_level is not RiskLevel.SAFE
-        and bool(assistant_settings.llm["CONFIRM_AFTER_RESULTS"])
+def steerable(tool: AssistantTool) -> bool:
+    """Whether a call of this tool that would run unasked is asked when the model proposed it
+    after reading a tool's output: it changes something (``LLM["CONFIRM_AFTER_RESULTS"]``)."""
+    return tool.risk_level is not RiskLevel.SAFE and bool(
+        assistant_settings.llm["CONFIRM_AFTER_RESULTS"]
     )

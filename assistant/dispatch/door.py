@@ -101,7 +101,7 @@ def open_action(call: Call) -> Outcome:
     tool, prepared = call.tool, call.prepared
     assert tool is not None
     stored = storable(call.values)
-    approval = policy_for(tool, call.context)
+    approval = policy_for(tool, after_results=call.context.after_results)
     summary = (
         prepared.summary
         if prepared is not None and prepared.summary
@@ -141,7 +141,9 @@ def open_action(call: Call) -> Outcome:
 def gated(call: Call) -> bool:
     """Whether the gate stops this call: its policy asks first and it is not a confirmed action's."""
     assert call.tool is not None
-    return not call.confirmed and policy_for(call.tool, call.context).asks
+    return (
+        not call.confirmed and policy_for(call.tool, after_results=call.context.after_results).asks
+    )
 
 
 # -- the doors ------------------------------------------------------------------------------------
