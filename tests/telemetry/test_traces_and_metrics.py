@@ -273,13 +273,16 @@ async def test_a_websocket_turn_continues_the_handshakes_traceparent(traced, pla
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_an_mcp_call_is_a_server_span_with_its_tool_span_inside(traced, make_user):
+@pytest.mark.parametrize("trace_in", ["header", "meta"])
+async def test_an_mcp_call_is_a_server_span_with_its_tool_span_inside(traced, make_user, trace_in):
+    # (the caller's trace in the traceparent header, or in params._meta as MCP's SEP-414 puts it
+    # on every transport, stdio included)
     from asgiref.sync import sync_to_async
 
     reader = await sync_to_async(make_user)("reader", "testapp.view_order")
     secret = (await sync_to_async(tokens.issue)(reader, name="tracing"))[1]
 
-    response = await mcp_tool_call(secret, "ping", {})
+    response = await mcp_tool_call(secret, "ping", {}, trace_in=trace_in)
 
     assert response.status_code == 200, response.content
     receiver = traced()

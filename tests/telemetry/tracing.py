@@ -52,11 +52,18 @@ def children_of(receiver: Receiver, parent: dict[str, Any]) -> list[str]:
     )
 
 
-async def mcp_tool_call(secret: str, name: str, arguments: dict[str, Any]) -> Any:
-    """One MCP ``tools/call`` over Streamable HTTP, sent by a caller whose trace is TRACEPARENT."""
+async def mcp_tool_call(
+    secret: str, name: str, arguments: dict[str, Any], *, trace_in: str = "header"
+) -> Any:
+    """One MCP ``tools/call`` over Streamable HTTP, sent by a caller whose trace is TRACEPARENT:
+    in the ``traceparent`` header, or (``trace_in="meta"``) in ``params._meta`` (SEP-414)."""
     body = envelope("tools/call", {"name": name, "arguments": arguments})
     headers = {**MODERN, "MCP-Method": "tools/call", "MCP-Name": name}
-    headers |= {"Authorization": f"Bearer {secret}", "traceparent": TRACEPARENT}
+    headers |= {"Authorization": f"Bearer {secret}"}
+    if trace_in == "meta":
+        body["params"]["_meta"]["traceparent"] = TRACEPARENT
+    else:
+        headers["traceparent"] = TRACEPARENT
     return await AsyncClient().post(
         "/assistant/mcp/", json.dumps(body), content_type="application/json", headers=headers
     )
