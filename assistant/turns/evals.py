@@ -3,8 +3,8 @@
 A case is a message, who sends it (an existing ``user`` or a ``role``, a group given to a
 throwaway member), the calls expected (operation and entities, each exact or by a predicate),
 the operations also allowed and those that must not be proposed, optionally the text a judged
-call returns (``results``: to put an injection inside a tool result) and the planners it is
-written for. The configured planner plans it inside a transaction that is rolled back; its calls
+call returns (``results``: the data a real call would return, or an injection inside it) and
+the planners it is written for. The configured planner plans it inside a transaction that is rolled back; its calls
 are judged as dispatch would judge them (unknown, invalid, denied, needs confirmation) but no
 handler runs and nothing is audited.
 

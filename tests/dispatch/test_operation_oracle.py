@@ -22,6 +22,7 @@ from tests.openai_peer import call, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm
 from tests.sockets import receive_run, send
+from tests.turns.reading import read_told
 
 HIDDEN = "store_secret"  # the vault's: the reader works with orders and reports, not the vault
 MISSING = "no_such_tool"
@@ -96,7 +97,7 @@ def test_in_a_chat_turn_arguments_too_large_for_a_hidden_tool_look_as_for_a_miss
 
     turns = [run_turn(reader, "keep a secret"), run_turn(reader, "keep a secret")]
 
-    hidden, missing = (json.loads(fed_back(peer, n)) for n in (1, 3))
+    hidden, missing = (read_told(fed_back(peer, n)) for n in (1, 3))
     assert same_shape(hidden, HIDDEN) == same_shape(missing, MISSING)
     shown = [turn.assistant_message.tool_calls for turn in turns]
     assert same_shape(shown[0], HIDDEN) == same_shape(shown[1], MISSING)
@@ -161,7 +162,7 @@ def test_in_a_chat_turn_the_model_is_told_the_same_of_both(use_llm, reader):
 
     turns = [run_turn(reader, "keep a secret"), run_turn(reader, "keep a secret")]
 
-    hidden, missing = (json.loads(fed_back(peer, n)) for n in (1, 3))
+    hidden, missing = (read_told(fed_back(peer, n)) for n in (1, 3))
     assert hidden["code"] == "unknown_operation"
     assert same_shape(hidden, HIDDEN) == same_shape(missing, MISSING)
     shown = [turn.assistant_message.tool_calls for turn in turns]

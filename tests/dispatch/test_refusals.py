@@ -4,7 +4,6 @@ deactivated account is told so, and a tool's or a job's ending is labelled as it
 from __future__ import annotations
 
 import asyncio
-import json
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -28,6 +27,7 @@ from tests.openai_peer import use_llm as use_llm
 from tests.sockets import WAIT, outcomes, receive, receive_run, send
 from tests.testapp import assistant_tools as testapp_tools
 from tests.testapp.models import Order
+from tests.turns.reading import read_told
 from tests.validations import orders as orders  # a fixture
 from tests.validations import run_now as run_now  # a fixture
 from tests.validations import task_for
@@ -159,7 +159,7 @@ def test_a_tool_the_model_calls_outside_the_catalog_is_answered_with_what_it_nee
     run_turn(reader, "cancel order 1")
 
     (fed,) = [m for m in peer.requests[1]["messages"] if m["role"] == "tool"]
-    assert json.loads(fed["content"])["text"] == CANCEL_REFUSED
+    assert read_told(fed["content"])["text"] == CANCEL_REFUSED
 
 
 # -- a deactivated account ------------------------------------------------------------------

@@ -16,7 +16,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from ... import telemetry
 from ...conf import assistant_settings
 from ...core.llm_client import shared_async_client
-from ...dispatch.calls import Decision, Outcome
+from ...dispatch.calls import Outcome
 from ...dispatch.catalog import get_catalog
 from ...exceptions import LLMError, LLMUnavailable, ReplyTooLong
 from ...models import Message
@@ -28,6 +28,7 @@ from .llm_bounds import Tally, within_bounds
 from .repeats import STUCK_NOTICE, CallMemory
 from .streamed_calls import StreamedCalls
 from .text_calls import HeldText, as_intents, as_message
+from .told import told
 
 if TYPE_CHECKING:
     from ..turn import Turn
@@ -36,10 +37,6 @@ logger = logging.getLogger("assistant.planner.llm")
 RESULT_LIMIT = 4000  # characters of a tool result the model sees; the UI gets everything
 FALLBACK_NOTICE = gettext_noop(
     "The language model is unavailable; I answered with simple keyword matching.\n\n"
-)
-DONE_NOTE = (
-    "Done. Answer the user from this result now; call another tool only if the request needs "
-    "a different one."
 )
 HELD_LIMIT = 64_000  # characters of a reply held as a possible written call; past them, words
 CLIENT_PREFIX = "client__"  # the namespace of an AG-UI client's own tools, as the model sees them
@@ -90,8 +87,7 @@ def _with_calls(message: Message, turn: Turn) -> list[dict[str, Any]]:
         if record["decision"] == CLIENT_TOOL:
             content = client.get(record["tool_call_id"], "")
         else:
-            summary = {"decision": record["decision"], "text": record.get("text") or ""}
-            content = json.dumps(summary)
+            content = told(record.get("text") or "", record["decision"])
         shown.append({"role": "tool", "tool_call_id": record["tool_call_id"], "content": content})
     return shown
 
@@ -138,17 +134,8 @@ def result_for_model(outcome: Outcome) -> str:
     text = outcome.text
     if len(text) > RESULT_LIMIT:
         text = text[:RESULT_LIMIT] + " …(truncated)"
-    summary: dict[str, Any] = {"decision": outcome.decision, "text": text}
-    # a job's id beside its text: people read the job's name, the model may ask for its status
-    if outcome.result is not None and outcome.result.task_id:
-        summary["task_id"] = outcome.result.task_id
-    if outcome.code:
-        summary["code"] = outcome.code
-    if outcome.pending_action is not None:
-        summary["note"] = "Waiting for the user to confirm or reject; do not retry."
-    elif outcome.decision == Decision.EXECUTED:
-        summary["note"] = DONE_NOTE  # small models re-propose a finished call without it
-    return json.dumps(summary)
+    task_id = outcome.result.task_id if outcome.result is not None else None
+    return told(text, str(outcome.decision), code=outcome.code or "", task_id=task_id or "")
 
 
 class LLMPlanner:
@@ -204,8 +191,8 @@ class LLMPlanner:
                 if call["name"] in own:  # the client runs it; never dispatched here
                     await turn.propose_client_call(call["id"], own[call["name"]], call["arguments"])
                     continue
-                told = await self.run_call(turn, memory, call, arguments, after_results=read)
-                messages.append({"role": "tool", "tool_call_id": call["id"], "content": told})
+                answer = await self.run_call(turn, memory, call, arguments, after_results=read)
+                messages.append({"role": "tool", "tool_call_id": call["id"], "content": answer})
             await refused.tell(turn, messages)
             if turn.interrupts or turn.client_calls:
                 return  # the run waits for the user's decision, or the client's results
@@ -236,9 +223,9 @@ class LLMPlanner:
             arrival=call["arrival"],
             after_results=after_results,
         )
-        told = result_for_model(outcome)
-        memory.remember(call["name"], arguments, told)
-        return told
+        answer = result_for_model(outcome)
+        memory.remember(call["name"], arguments, answer)
+        return answer
 
     async def step(
         self,

@@ -14,6 +14,7 @@ from ...dispatch.audit import write_audit
 from ...dispatch.bounds import preview
 from ...dispatch.calls import Decision, Outcome
 from ...exceptions import ArgumentsTooLarge, AssistantError, TooManyToolCalls
+from .told import told
 
 if TYPE_CHECKING:
     from ..turn import Turn
@@ -152,5 +153,5 @@ async def _tell(
     outcome.audit_id = audit_id
     await turn.announce_call(call["id"], call["name"][:64], json.dumps(arguments))
     await turn.record(outcome, call["id"])
-    summary = {"decision": decision, "code": error.code, "text": error.message}
-    messages.append({"role": "tool", "tool_call_id": call["id"], "content": json.dumps(summary)})
+    content = told(error.message, decision, code=error.code)
+    messages.append({"role": "tool", "tool_call_id": call["id"], "content": content})

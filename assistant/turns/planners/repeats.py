@@ -15,15 +15,12 @@ from typing import Any
 from django.utils.translation import gettext_noop
 
 from ...core.registry import ToolRegistry
+from .told import told_again
 
 STUCK_NOTICE = gettext_noop(
     "\n\n(I stopped: the model kept asking again for a call answered above.)"
 )
 STUCK_AFTER = 2  # model replies in a row made only of repeats: then the turn ends
-NOTE = (
-    "You already made this exact call in this turn; this is its earlier result, it was not run "
-    "again. Do not call it again: answer the user with this result."
-)
 
 
 def call_key(name: str, arguments: Any) -> str:
@@ -50,7 +47,7 @@ class CallMemory:
         told = self.told.get(key)
         if told is None:
             return None
-        return json.dumps({"decision": "repeated", "note": NOTE, "earlier": json.loads(told)})
+        return told_again(told)
 
     def remember(self, name: str, arguments: Any, told: str) -> None:
         """Keep what the model was told for a call, unless its tool may be repeated."""

@@ -18,7 +18,8 @@ from assistant.core.registry import registry
 from assistant.dispatch.catalog import get_catalog, visible_tools
 from assistant.models import AuditEntry, Conversation, Job, PendingAction
 from assistant.stream.broadcast import group_name
-from assistant.turns.planners.llm import DONE_NOTE, FALLBACK_NOTICE, RESULT_LIMIT
+from assistant.turns.planners.llm import FALLBACK_NOTICE, RESULT_LIMIT
+from assistant.turns.planners.told import DONE as DONE_NOTE
 from assistant.turns.runs import arun_turn, run_turn
 from tests.audit_trail import audited
 from tests.openai_peer import (

@@ -17,6 +17,7 @@ from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm
 from tests.sockets import connect
 from tests.stream_shapes import SHAPES, SIGNATURE
+from tests.turns.reading import read_told
 
 pytestmark = pytest.mark.django_db
 
@@ -34,7 +35,7 @@ def proposed(request: dict[str, Any]) -> list[dict[str, Any]]:
 
 def answered(request: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return [
-        (m["tool_call_id"], json.loads(m["content"]))
+        (m["tool_call_id"], read_told(m["content"]))
         for m in request["messages"]
         if m["role"] == "tool"
     ]

@@ -18,6 +18,7 @@ from tests.openai_peer import call, text, tool_calls
 from tests.openai_peer import openai_peer as openai_peer  # the fixtures
 from tests.openai_peer import use_llm as use_llm
 from tests.testapp.models import Order
+from tests.turns.reading import read_told
 
 pytestmark = pytest.mark.django_db
 
@@ -38,7 +39,7 @@ def audited():
 
 
 def tool_results(request):
-    return [json.loads(m["content"]) for m in request["messages"] if m["role"] == "tool"]
+    return [read_told(m["content"]) for m in request["messages"] if m["role"] == "tool"]
 
 
 # What counts as a written call
