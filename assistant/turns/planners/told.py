@@ -1,9 +1,10 @@
 """What the model is told of a call: the result's text, then in one line what it was and what to
 do next, in words.
 
-Measured on the golden set with a 1.5B local model: told as a JSON envelope (``{"decision": …,
-"text": …, "note": …}``), the model re-proposed the identical call in 9 of 37 cases; told as
-text with a closing line, in 1 of the 10 that had.
+Measured on the golden set with a 1.5B local model (Qwen2.5-Coder-1.5B-Instruct): told as a
+JSON envelope (``{"decision": …, "text": …, "note": …}``), the model proposed the identical call
+again in 9 of 37 cases; told as text with a closing line, in 5 (in 1 of the 10 that had, run
+again on a warm server: llama.cpp's answers vary with its prompt cache, even at temperature 0).
 """
 
 from __future__ import annotations
