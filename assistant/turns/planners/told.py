@@ -5,6 +5,7 @@ Measured on the golden set with a 1.5B local model (Qwen2.5-Coder-1.5B-Instruct)
 JSON envelope (``{"decision": …, "text": …, "note": …}``), the model proposed the identical call
 again in 9 of 37 cases; told as text with a closing line, in 5 (in 1 of the 10 that had, run
 again on a warm server: llama.cpp's answers vary with its prompt cache, even at temperature 0).
+The price: "back up, then deploy" finished in 3 of 4 runs told in JSON, in 0 of 5 told as text.
 """
 
 from __future__ import annotations
