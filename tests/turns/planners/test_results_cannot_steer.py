@@ -85,12 +85,14 @@ def test_a_tool_that_asks_anyway_asks_as_it_always_did(use_llm, keeper):
         text("Asked."),
     )
 
+    rotated = len(ROTATED)  # (every test's rotations: the test app keeps them all)
+
     run_turn(keeper, "ping")
 
     action = PendingAction.objects.get()
     assert action.operation == "rotate_secret"
     assert "after reading a tool's output" not in action.summary
-    assert not ROTATED
+    assert len(ROTATED) == rotated
 
 
 def test_turned_off_the_approval_policies_alone_decide(use_llm, keeper):
