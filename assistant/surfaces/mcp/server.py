@@ -236,7 +236,23 @@ def build_server(*, site: ToolRegistry = registry, lifespan: Any = None) -> Serv
     server.add_request_handler("tools/call", types.CallToolRequestParams, call_tool)
     server.add_request_handler(CALL_AS_TASK, types.CallToolRequestParams, call_as_task)
     TaskMethods(site).register(server)
+    server.middleware[:] = [untraced_tool_calls(each) for each in server.middleware]
     return server
+
+
+def untraced_tool_calls(middleware: Any) -> Any:
+    """The SDK's span middleware, leaving ``tools/call`` to ours (``traced``): a project whose
+    own tracer provider is global would get two SERVER spans for each call otherwise, the SDK's
+    and ours. Every other message keeps the SDK's span; other middleware is kept as it is."""
+    if type(middleware).__name__ != "OpenTelemetryMiddleware":  # (its module is the SDK's private)
+        return middleware
+
+    async def spans_other_messages(ctx: ServerRequestContext[Any, Any], call_next: Any) -> Any:
+        if ctx.method == "tools/call":
+            return await call_next(ctx)
+        return await middleware(ctx, call_next)
+
+    return spans_other_messages
 
 
 async def started_task(
@@ -262,9 +278,14 @@ def stdio_lifespan(caller: Caller) -> Callable[[Server[Any]], Any]:
 def traced(
     ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
 ) -> AbstractContextManager[Any]:
-    """A tools/call's server span, continuing the caller's trace (a no-op unless telemetry is on)."""
-    scope = getattr(ctx.request, "scope", None)
-    carrier = telemetry.carrier_of(scope.get("headers") if isinstance(scope, dict) else None)
+    """A tools/call's server span, continuing the caller's trace (a no-op unless telemetry is on):
+    from ``params._meta`` (``traceparent``/``tracestate``, MCP's SEP-414, on every transport,
+    stdio included), else from the HTTP request's headers."""
+    meta = params.meta if isinstance(params.meta, dict) else {}
+    carrier = telemetry.carrier_of({k: v for k, v in meta.items() if isinstance(v, str)})
+    if "traceparent" not in carrier:
+        scope = getattr(ctx.request, "scope", None)
+        carrier = telemetry.carrier_of(scope.get("headers") if isinstance(scope, dict) else None)
     attributes = {
         "mcp.method.name": "tools/call",
         "gen_ai.tool.name": params.name,
