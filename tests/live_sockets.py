@@ -14,7 +14,10 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 from websockets.typing import Origin
 
-from tests.sockets import WAIT
+# Seconds a frame from a server process of the test's own may take: on a loaded 2-core machine a
+# fresh process's first turns (imports, its channel layer's first connections) took over 5 s once.
+# A frame that is lost still fails the test, later.
+WAIT = 15.0
 
 
 def session_cookie(username: str) -> str:
